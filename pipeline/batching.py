@@ -1,0 +1,80 @@
+"""Static batch shapes: length buckets with a fixed token budget per batch.
+
+Every batch is padded to one of a few [rows, bucket] shapes so that a whole job
+compiles a handful of programs whatever lengths its corpus has. Buckets are
+powers of two from `min_bucket` up to the model's window; a batch holds
+`batch_size * max_seq_len` tokens, so short buckets carry more rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from pipeline.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchingConfig:
+    max_seq_len: int
+    batch_size: int  # rows per batch in the longest bucket
+    min_bucket: int = 32
+    # Pad a final partial batch only to the next power of two of rows. Interactive
+    # callers embedding a handful of texts want this; a job streaming thousands of
+    # chunks wants full batches so it never compiles a new shape.
+    shrink_tail: bool = False
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+
+    @property
+    def buckets(self) -> tuple[int, ...]:
+        sizes, size = [], self.min_bucket
+        while size < self.max_seq_len:
+            sizes.append(size)
+            size *= 2
+        return (*sizes, self.max_seq_len)
+
+    def bucket_for(self, n_tokens: int) -> int:
+        return self.buckets[bisect.bisect_left(self.buckets, n_tokens)]
+
+    def rows_for(self, bucket: int) -> int:
+        return max(1, self.batch_size * self.max_seq_len // bucket)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    ids_BT: np.ndarray  # int32, right-padded with pad id 0
+    lengths_B: np.ndarray  # int32, real tokens per row (padding rows count 1)
+    rows: np.ndarray  # indices into the caller's sequences, one per real row
+
+    @property
+    def real_tokens(self) -> int:
+        return int(self.lengths_B[: len(self.rows)].sum())
+
+
+def plan_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Iterator[Batch]:
+    """Sorts sequences by length and packs them into padded static-shape batches."""
+    lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
+    if lengths.size and lengths.max() > cfg.max_seq_len:
+        raise ValueError(f"a sequence of {lengths.max()} tokens exceeds the window of {cfg.max_seq_len}")
+    order = np.argsort(lengths, kind="stable")
+    bucket_of = np.array([cfg.bucket_for(int(n)) for n in lengths[order]], dtype=np.int64)
+    for bucket in cfg.buckets:
+        in_bucket = order[bucket_of == bucket]
+        full_rows = cfg.rows_for(bucket)
+        for lo in range(0, len(in_bucket), full_rows):
+            rows = in_bucket[lo : lo + full_rows]
+            n_rows = full_rows
+            if cfg.shrink_tail and len(rows) < full_rows:
+                n_rows = min(full_rows, 1 << (len(rows) - 1).bit_length())
+            ids = np.zeros((n_rows, bucket), dtype=np.int32)
+            lens = np.ones(n_rows, dtype=np.int32)
+            for r, i in enumerate(rows):
+                ids[r, : lengths[i]] = token_ids[i]
+                lens[r] = lengths[i]
+            yield Batch(ids_BT=ids, lengths_B=lens, rows=rows)

@@ -1,0 +1,42 @@
+"""The job's configuration: one frozen tree, validated before any work starts."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipeline.encoder import EncoderConfig
+from pipeline.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """How the Ray Data stages share a node's CPUs.
+
+    The encoder actor gets a whole CPU because XLA's CPU backend spreads one
+    program over every core it can find; extraction and tokenisation get what
+    is left so they overlap with encoding instead of waiting for it.
+    """
+
+    extract_cpus: float = 0.5
+    tokenize_cpus: float = 0.5
+    tokenize_actors: int = 1
+    encode_cpus: float = 1.0
+    encode_actors: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    inputs: tuple[str, ...]
+    output: str
+    model: str | None = None  # model directory; None for the bundled default
+    max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
+    overlap: int = 32
+    encoder: EncoderConfig = EncoderConfig()
+    resources: Resources = Resources()
+    overwrite: bool = False
+
+    def __post_init__(self):
+        if not self.inputs:
+            raise ConfigError("at least one --input is required")
+        if not self.output:
+            raise ConfigError("--output is required")

@@ -1,0 +1,105 @@
+"""The run report: what `_SUCCESS` records and what the job prints at the end."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import time
+
+from pipeline.chunking import ChunkingConfig
+from pipeline.config import JobConfig
+from pipeline.encoder import EncodeStats
+from pipeline.model import ModelSpec
+
+
+@dataclasses.dataclass
+class RunReport:
+    model_id: str
+    model_fingerprint: str
+    config: dict
+    inputs: int
+    skipped: int
+    docs_ok: int = 0
+    docs_failed: int = 0
+    chunks: int = 0
+    tokens: int = 0
+    error_types: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    wall_seconds: float = 0.0
+    encode: EncodeStats = dataclasses.field(default_factory=EncodeStats)
+    compiled_shapes: dict[str, list] = dataclasses.field(default_factory=dict)
+    finished_at: str = ""
+
+    @classmethod
+    def start(cls, cfg: JobConfig, spec: ModelSpec, chunking: ChunkingConfig, *, inputs: int, skipped: int) -> "RunReport":
+        config = {
+            "inputs": list(cfg.inputs),
+            "model": cfg.model,
+            "model_path": str(spec.path),
+            "max_seq_length": spec.max_seq_length,
+            "pooling": spec.pooling,
+            "normalize": spec.normalize,
+            "chunking": dataclasses.asdict(chunking),
+            "encoder": dataclasses.asdict(cfg.encoder),
+        }
+        return cls(spec.model_id, spec.fingerprint, config, inputs, skipped)
+
+    def add_summaries(self, rows: list[dict]) -> None:
+        for row in rows:
+            self.docs_ok += row["docs_ok"]
+            self.docs_failed += row["docs_failed"]
+            self.chunks += row["chunks"]
+            self.tokens += row["tokens"]
+            self.error_types.update(json.loads(row["error_types"]))
+
+    def finish(self, wall_seconds: float, encoders: dict[str, tuple]) -> None:
+        self.wall_seconds = wall_seconds
+        self.finished_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for name, (totals, shapes) in encoders.items():
+            self.encode.add(totals)
+            self.compiled_shapes[name] = [list(s) for s in shapes]
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.encode.real_tokens / self.encode.computed_tokens if self.encode.computed_tokens else 0.0
+
+    def to_json(self) -> dict:
+        wall = max(self.wall_seconds, 1e-9)
+        return {
+            "counts": {
+                "inputs": self.inputs,
+                "skipped": self.skipped,
+                "docs_ok": self.docs_ok,
+                "docs_failed": self.docs_failed,
+                "chunks": self.chunks,
+                "tokens": self.tokens,
+            },
+            "errors_by_type": dict(self.error_types),
+            "model": {"id": self.model_id, "fingerprint": self.model_fingerprint},
+            "config": self.config,
+            "wall_seconds": round(self.wall_seconds, 3),
+            "throughput": {
+                "docs_per_s": round((self.docs_ok + self.docs_failed) / wall, 3),
+                "chunks_per_s": round(self.chunks / wall, 3),
+                "tokens_per_s": round(self.tokens / wall, 1),
+            },
+            "padding_efficiency": round(self.padding_efficiency, 4),
+            "encoder_batches": self.encode.batches,
+            "compiled_shapes": self.compiled_shapes,
+            "finished_at": self.finished_at,
+        }
+
+    def summary(self) -> str:
+        """A few lines for a person reading the job log."""
+        t = self.to_json()["throughput"]
+        lines = [
+            f"docembed: {self.inputs} inputs ({self.skipped} skipped): {self.docs_ok} embedded, "
+            f"{self.docs_failed} failed; {self.chunks} chunks, {self.tokens} tokens in {self.wall_seconds:.1f}s",
+            f"  throughput {t['tokens_per_s']:.0f} tokens/s, {t['docs_per_s']:.2f} docs/s; "
+            f"padding efficiency {self.padding_efficiency:.1%}; "
+            f"compiled shapes per encoder {[len(s) for s in self.compiled_shapes.values()]}",
+            f"  model {self.model_id} (fingerprint {self.model_fingerprint})",
+        ]
+        if self.error_types:
+            lines.append("  errors: " + ", ".join(f"{k} x{v}" for k, v in self.error_types.most_common()))
+        return "\n".join(lines)

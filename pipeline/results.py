@@ -1,0 +1,51 @@
+"""Reading a finished output back: the run report, chunks, errors, and nearest-neighbour search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import InputError
+from pipeline.sink import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
+from pipeline.sources import filesystem_for
+
+
+def read_report(output: str) -> dict:
+    """The `_SUCCESS` report of a finished run."""
+    fs, root = filesystem_for(output)
+    try:
+        with fs.open_input_stream(f"{root}/{SUCCESS_FILE}") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
+
+
+def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
+    """All parts under `embeddings/` (or `errors/`) as one table, sorted by document and chunk."""
+    read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
+    fs, root = filesystem_for(output)
+    table = pq.read_table(f"{root}/{which}", filesystem=fs)
+    keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
+    return table.sort_by(keys)
+
+
+def read_errors(output: str) -> pa.Table:
+    return read_table(output, ERRORS_DIR)
+
+
+def embedding_matrix(table: pa.Table) -> np.ndarray:
+    """The `embedding` column as a float32 array [n, dim], without copying row by row."""
+    column = table.column("embedding").combine_chunks()
+    return column.values.to_numpy().reshape(len(column), column.type.list_size)
+
+
+def nearest(table: pa.Table, query_D: np.ndarray, k: int = 3) -> pa.Table:
+    """The k chunks most cosine-similar to `query_D`, best first, with a `score` column."""
+    emb_ND = embedding_matrix(table)
+    norms = np.linalg.norm(emb_ND, axis=1) * max(float(np.linalg.norm(query_D)), 1e-12)
+    scores_N = emb_ND @ query_D / np.maximum(norms, 1e-12)
+    top = np.argsort(-scores_N, kind="stable")[:k]
+    return table.take(top).append_column("score", pa.array(scores_N[top], pa.float32()))

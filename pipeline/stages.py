@@ -1,0 +1,150 @@
+"""The per-block work of each pipeline stage, as plain functions and classes over Arrow tables.
+
+Ray Data runs these (see `pipeline.job`); they know nothing of Ray themselves,
+so tests can call them directly. A document that fails any stage becomes a row
+with `error_stage`, `error_type` and `error_message` set, which later stages pass
+through untouched and the sink writes to `errors/`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pyarrow as pa
+
+from pipeline import model as model_dir
+from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
+from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
+from pipeline.extract import DocumentError, extract_pages
+from pipeline.sources import read_bytes
+from pipeline.tokenizer import Tokenizer
+
+_ERROR_FIELDS = [
+    pa.field("error_stage", pa.string()),
+    pa.field("error_type", pa.string()),
+    pa.field("error_message", pa.string()),
+]
+
+INPUT_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())])
+
+DOC_SCHEMA = pa.schema(
+    [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]
+    + _ERROR_FIELDS
+)
+
+_CHUNK_FIELDS = [
+    pa.field("doc_id", pa.string()),
+    pa.field("chunk_index", pa.int32()),
+    pa.field("text", pa.string()),
+    pa.field("page_start", pa.int32()),
+    pa.field("page_end", pa.int32()),
+    pa.field("char_start", pa.int64()),
+    pa.field("char_end", pa.int64()),
+    pa.field("n_tokens", pa.int32()),
+]
+CHUNK_SCHEMA = pa.schema(_CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + _ERROR_FIELDS)
+
+
+def embedded_schema(dim: int) -> pa.Schema:
+    return pa.schema(_CHUNK_FIELDS + [pa.field("embedding", pa.list_(pa.float32(), dim))] + _ERROR_FIELDS)
+
+
+def _error(row: dict, stage: str, error_type: str, message: str) -> dict:
+    return {**row, "error_stage": stage, "error_type": error_type, "error_message": message[:2000]}
+
+
+def _is_error(row: dict) -> bool:
+    return row.get("error_type") is not None
+
+
+def extract_block(batch: pa.Table) -> pa.Table:
+    """Input rows (doc_id, kind) -> document rows with the text of each page."""
+    rows = []
+    for row in batch.to_pylist():
+        doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None}
+        try:
+            data = read_bytes(row["doc_id"])
+        except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+            rows.append(_error(doc, "read", type(e).__name__, str(e)))
+            continue
+        try:
+            rows.append({**doc, "pages": extract_pages(data, row["kind"])})
+        except DocumentError as e:
+            rows.append(_error(doc, "extract", e.error_type, str(e)))
+        except Exception as e:  # one document's failure must never take its batch mates down
+            rows.append(_error(doc, "extract", type(e).__name__, str(e)))
+    return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+
+
+class ChunkBlock:
+    """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once."""
+
+    def __init__(self, tokenizer_path: str, chunking: ChunkingConfig):
+        self.tokenizer = Tokenizer(tokenizer_path)
+        self.chunking = chunking
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        rows = []
+        for doc in batch.to_pylist():
+            base = {"doc_id": doc["doc_id"], "chunk_index": None, "token_ids": []}
+            if _is_error(doc):
+                rows.append({**base, **{f.name: doc[f.name] for f in _ERROR_FIELDS}})
+                continue
+            try:
+                rows.extend(self._chunks(doc))
+            except Exception as e:  # one document's failure must never take its batch mates down
+                rows.append(_error(base, "chunk", type(e).__name__, str(e)))
+        return pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
+
+    def _chunks(self, doc: dict) -> list[dict]:
+        text, page_starts = join_pages(doc["pages"])
+        encoding = self.tokenizer.encode_content([text])[0]
+        if not encoding.ids:
+            return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", "text yields no tokens")]
+        chunks = chunk_document(
+            text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
+        )
+        return [
+            {
+                "doc_id": doc["doc_id"],
+                "chunk_index": i,
+                "text": c.text,
+                "page_start": c.page_start,
+                "page_end": c.page_end,
+                "char_start": c.char_start,
+                "char_end": c.char_end,
+                "n_tokens": len(c.token_ids),
+                "token_ids": c.token_ids,
+            }
+            for i, c in enumerate(chunks)
+        ]
+
+
+class EncodeBlock:
+    """Chunk rows -> the same rows with an `embedding`, token ids dropped. Owns this process's devices."""
+
+    def __init__(self, model: str | None, encoder: EncoderConfig, stats=None):
+        self.encoder = Encoder(model_dir.resolve(model), encoder)
+        self.schema = embedded_schema(self.encoder.spec.dim)
+        self.stats = stats  # a RunStats actor handle, or None
+        self.totals = EncodeStats()
+        self.name = f"{socket.gethostname()}:{os.getpid()}"
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
+        ok_idx = ok.nonzero()[0]
+        token_ids = batch.column("token_ids").take(ok_idx).to_pylist()
+        emb_ND, stats = self.encoder.encode_ids(token_ids)
+        self.totals.add(stats)
+        if self.stats is not None:
+            self.stats.report_encoder.remote(self.name, self.totals, sorted(self.encoder.compiled_shapes))
+
+        dim = self.encoder.spec.dim
+        flat = pa.array(emb_ND.reshape(-1), pa.float32())
+        ok_embeddings = pa.FixedSizeListArray.from_arrays(flat, dim)
+        # Scatter the embeddings back among the error rows, which get null.
+        position = ok.cumsum() - 1
+        embedding = ok_embeddings.take(pa.array(position, mask=~ok))
+        table = batch.drop_columns(["token_ids"])
+        return table.append_column(self.schema.field("embedding"), embedding).select(self.schema.names).cast(self.schema)

@@ -1,0 +1,37 @@
+"""The model's tokenizer, from its `tokenizer.json` (Hugging Face `tokenizers`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer as HFTokenizer
+
+
+class Tokenizer:
+    """A `tokenizer.json` tokenizer with truncation and padding turned off.
+
+    The special tokens the model expects around a sequence (e.g. [CLS] ... [SEP])
+    are read from the tokenizer's own post-processor, so any BERT-style template works.
+    """
+
+    def __init__(self, path: Path):
+        self._tok = HFTokenizer.from_file(str(path))
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        probe = self._tok.encode("a", add_special_tokens=True)
+        content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
+        self.prefix_ids = probe.ids[: content[0]]
+        self.suffix_ids = probe.ids[content[-1] + 1 :]
+
+    @property
+    def n_special(self) -> int:
+        return len(self.prefix_ids) + len(self.suffix_ids)
+
+    def encode_content(self, texts: list[str]):
+        """Encodings without special tokens, with `.ids` and `.offsets` (character spans)."""
+        return self._tok.encode_batch(texts, add_special_tokens=False)
+
+    def encode_truncated(self, texts: list[str], max_tokens: int) -> list[list[int]]:
+        """Ids with special tokens, cut to `max_tokens`: what sentence-transformers feeds its model."""
+        keep = max_tokens - self.n_special
+        return [self.prefix_ids + enc.ids[:keep] + self.suffix_ids for enc in self.encode_content(texts)]

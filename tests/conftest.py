@@ -1,0 +1,51 @@
+"""Shared fixtures: the real corpus, real PDFs made broken on purpose, a local Ray."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "samples"
+CORPUS = REPO.parent / "shared" / "corpus" / "py-pdf-sample-files"
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"the shared corpus of real PDFs is not at {CORPUS}")
+    return CORPUS
+
+
+@pytest.fixture(scope="session")
+def real_pdf() -> bytes:
+    """A real four-page pdfTeX document, bundled with the samples."""
+    return (SAMPLES / "pdf" / "pdflatex-4-pages.pdf").read_bytes()
+
+
+def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    writer.encrypt(user_password=user_password, owner_password=owner_password, algorithm="AES-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def bad_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str, str]]:
+    """File name -> (bytes, the stage and error_type the pipeline must report for it)."""
+    return {
+        "truncated.pdf": (real_pdf[: len(real_pdf) // 3], "extract", "CorruptPDF"),
+        "random.pdf": (b"%PDF-1.7\n" + bytes(range(256)) * 40, "extract", "CorruptPDF"),
+        "zero.pdf": (b"", "extract", "EmptyFile"),
+        "zero.txt": (b"", "extract", "EmptyFile"),
+        "locked.pdf": (encrypt(real_pdf, user_password="secret", owner_password="owner"), "extract", "EncryptedPDF"),
+        "latin1.txt": ("café crème brûlée".encode("latin-1"), "extract", "UndecodableText"),
+        "blank.md": (b"   \n\n\t  \n", "extract", "NoText"),
+        # Control characters are text, but the tokenizer's normaliser drops them all.
+        "controls.txt": (b"\x01\x02\x03\x7f", "tokenize", "NoTokens"),
+    }

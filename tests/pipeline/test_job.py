@@ -1,0 +1,148 @@
+"""The whole job on a real local Ray: samples, broken documents, the output contract."""
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from conftest import SAMPLES
+from pipeline import Embedder, JobConfig, run_job
+from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+
+LONG_TEXT = "\n\n".join(
+    f"Paragraph {i}. Chunking splits long documents into windows of tokens that overlap, "
+    f"so a sentence cut at one window's edge is whole in the next. This is paragraph number {i}."
+    for i in range(60)
+)
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory, bad_documents):
+    root = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(SAMPLES, root / "samples")
+    bad = root / "bad"
+    bad.mkdir()
+    for name, (data, _, _) in bad_documents.items():
+        (bad / name).write_bytes(data)
+    (root / "long.txt").write_text(LONG_TEXT)
+    (root / "image.png").write_bytes(b"\x89PNG not a document")
+    return root
+
+
+@pytest.fixture(scope="module")
+def finished(ray_local, corpus_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("out") / "run"
+    report = run_job(JobConfig(inputs=(str(corpus_dir),), output=str(out), overlap=16))
+    return out, report
+
+
+def test_every_input_exactly_once(finished, corpus_dir, bad_documents):
+    out, report = finished
+    documents = {str(p) for p in corpus_dir.rglob("*") if p.suffix in (".pdf", ".txt", ".md")}
+    chunks, errors = read_table(str(out)), read_errors(str(out))
+    embedded = set(chunks.column("doc_id").to_pylist())
+    failed = errors.column("doc_id").to_pylist()
+    assert len(failed) == len(set(failed))
+    assert embedded.isdisjoint(failed)
+    assert embedded | set(failed) == documents
+    assert report.docs_ok == len(embedded) and report.docs_failed == len(failed)
+    assert report.skipped == 2  # image.png and samples/NOTICE
+
+
+def test_bad_documents_become_error_rows_with_stage_and_reason(finished, corpus_dir, bad_documents):
+    out, _ = finished
+    errors = {r["doc_id"]: r for r in read_errors(str(out)).to_pylist()}
+    for name, (_, stage, error_type) in bad_documents.items():
+        row = errors[str(corpus_dir / "bad" / name)]
+        assert (row["stage"], row["error_type"]) == (stage, error_type), name
+        assert row["message"]
+    locked_sample = errors[str(corpus_dir / "samples" / "pdf" / "libreoffice-writer-password.pdf")]
+    assert locked_sample["error_type"] == "EncryptedPDF"
+
+
+def test_embeddings_follow_the_output_contract(finished):
+    out, _ = finished
+    files = list((out / "embeddings").glob("*.parquet"))
+    assert files and not list((out / "_staging").glob("*.parquet"))
+    schema = pq.read_schema(files[0])
+    assert schema.field("doc_id").type == pa.string()
+    for name in ("chunk_index", "page_start", "page_end", "n_tokens"):
+        assert schema.field(name).type == pa.int32(), name
+    assert schema.field("embedding").type == pa.list_(pa.float32(), 384)
+
+    table = read_table(str(out))
+    by_doc = {}
+    for row in table.select(["doc_id", "chunk_index", "page_start", "page_end", "n_tokens"]).to_pylist():
+        by_doc.setdefault(row["doc_id"], []).append(row)
+        assert 3 <= row["n_tokens"] <= 256
+        if row["doc_id"].endswith(".pdf"):
+            assert 1 <= row["page_start"] <= row["page_end"]
+        else:
+            assert row["page_start"] is None and row["page_end"] is None
+    for doc, rows in by_doc.items():
+        assert [r["chunk_index"] for r in rows] == list(range(len(rows))), doc
+    four_pages = next(rows for doc, rows in by_doc.items() if doc.endswith("pdflatex-4-pages.pdf"))
+    assert four_pages[-1]["page_end"] == 4 and len(four_pages) > 4
+    long_doc = next(rows for doc, rows in by_doc.items() if doc.endswith("long.txt"))
+    assert len(long_doc) > 3
+
+
+def test_single_window_documents_embed_exactly_like_the_embedder(finished, corpus_dir):
+    out, _ = finished
+    table = read_table(str(out))
+    water = table.filter(pa.compute.ends_with(table.column("doc_id"), "water-cycle.txt"))
+    assert water.num_rows == 1
+    text = water.column("text")[0].as_py()
+    assert text == (corpus_dir / "samples" / "text" / "water-cycle.txt").read_text()
+    expected = Embedder.load().embed([text])
+    got = embedding_matrix(water)
+    assert float((got * expected).sum()) >= 0.99999
+
+
+def test_success_report(finished):
+    out, report = finished
+    success = read_report(str(out))
+    counts = success["counts"]
+    assert counts["inputs"] == counts["docs_ok"] + counts["docs_failed"]
+    assert counts["chunks"] == read_table(str(out)).num_rows
+    assert counts["tokens"] == sum(read_table(str(out)).column("n_tokens").to_pylist())
+    assert success["model"]["id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert success["throughput"]["tokens_per_s"] > 0
+    assert 0 < success["padding_efficiency"] <= 1
+    assert success["errors_by_type"]["EncryptedPDF"] == 2
+    assert json.loads((out / "_SUCCESS").read_text()) == success
+
+
+def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
+    out, _ = finished
+    before = sorted(p.name for p in (out / "embeddings").iterdir())
+    assert run_job(JobConfig(inputs=(str(corpus_dir / "samples"),), output=str(out))) is None
+    assert sorted(p.name for p in (out / "embeddings").iterdir()) == before
+
+    report = run_job(JobConfig(inputs=(str(corpus_dir / "samples" / "text"),), output=str(out), overwrite=True))
+    assert report.inputs == report.docs_ok == 5
+    assert set(read_table(str(out)).column("doc_id").to_pylist()) == {
+        str(p) for p in (corpus_dir / "samples" / "text").iterdir()
+    }
+    assert not list((out / "errors").iterdir())
+
+
+def test_real_pdf_corpus(ray_local, corpus, tmp_path):
+    report = run_job(JobConfig(inputs=(str(corpus),), output=str(tmp_path / "out")))
+    pdfs = list(corpus.rglob("*.pdf"))
+    assert report.inputs == len(pdfs) == report.docs_ok + report.docs_failed
+    assert report.docs_ok >= 20
+    emb = embedding_matrix(read_table(str(tmp_path / "out")))
+    assert np.isfinite(emb).all()
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-4)
