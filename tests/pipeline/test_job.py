@@ -140,8 +140,8 @@ def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
 
 def test_real_pdf_corpus(ray_local, corpus, tmp_path):
     report = run_job(JobConfig(inputs=(str(corpus),), output=str(tmp_path / "out")))
-    pdfs = list(corpus.rglob("*.pdf"))
-    assert report.inputs == len(pdfs) == report.docs_ok + report.docs_failed
+    documents = [p for p in corpus.rglob("*") if p.suffix in (".pdf", ".md", ".txt")]
+    assert report.inputs == len(documents) == report.docs_ok + report.docs_failed
     assert report.docs_ok >= 20
     emb = embedding_matrix(read_table(str(tmp_path / "out")))
     assert np.isfinite(emb).all()

@@ -1,0 +1,133 @@
+"""The JAX BERT forward pass against a float64 numpy transcription of Hugging Face's BertModel.
+
+A small random checkpoint in Hugging Face naming (with the `bert.` prefix some
+checkpoints carry, and a pooler that must be ignored) goes through the same
+loader as real models, so any BERT-architecture checkpoint is covered, not only
+the default's shapes.
+"""
+
+import json
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from kernels import bert
+from pipeline import model as model_dir
+
+CONFIG = {
+    "model_type": "bert",
+    "vocab_size": 97,
+    "hidden_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 80,
+    "max_position_embeddings": 40,
+    "type_vocab_size": 2,
+    "layer_norm_eps": 1e-12,
+    "hidden_act": "gelu",
+}
+
+
+def random_checkpoint(rng, cfg=CONFIG) -> dict[str, np.ndarray]:
+    D, F = cfg["hidden_size"], cfg["intermediate_size"]
+
+    def w(*shape, scale=0.2):
+        return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+    t = {
+        "bert.embeddings.word_embeddings.weight": w(cfg["vocab_size"], D),
+        "bert.embeddings.position_embeddings.weight": w(cfg["max_position_embeddings"], D),
+        "bert.embeddings.token_type_embeddings.weight": w(cfg["type_vocab_size"], D),
+        "bert.embeddings.LayerNorm.weight": 1 + w(D),
+        "bert.embeddings.LayerNorm.bias": w(D),
+        "bert.pooler.dense.weight": w(D, D),
+        "bert.pooler.dense.bias": w(D),
+    }
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"bert.encoder.layer.{i}."
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+            t[p + name + ".weight"], t[p + name + ".bias"] = w(D, D), w(D)
+        t[p + "intermediate.dense.weight"], t[p + "intermediate.dense.bias"] = w(F, D), w(F)
+        t[p + "output.dense.weight"], t[p + "output.dense.bias"] = w(D, F), w(D)
+        for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
+            t[p + ln + ".weight"], t[p + ln + ".bias"] = 1 + w(D), w(D)
+    return t
+
+
+def numpy_bert(t, cfg, ids, length):
+    """Hugging Face BertModel's forward for one unpadded sequence, in float64."""
+    t = {k.removeprefix("bert."): v.astype(np.float64) for k, v in t.items()}
+    N = cfg["num_attention_heads"]
+    H = cfg["hidden_size"] // N
+
+    def ln(x, name):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg["layer_norm_eps"]) * t[name + ".weight"] + t[name + ".bias"]
+
+    def linear(x, name):
+        return x @ t[name + ".weight"].T + t[name + ".bias"]
+
+    erf = np.vectorize(math.erf)
+    ids = ids[:length]
+    x = t["embeddings.word_embeddings.weight"][ids] + t["embeddings.position_embeddings.weight"][:length]
+    x = ln(x + t["embeddings.token_type_embeddings.weight"][0], "embeddings.LayerNorm")
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+        q, k, v = (linear(x, p + f"attention.self.{n}").reshape(length, N, H) for n in ("query", "key", "value"))
+        s = np.einsum("tnh,snh->nts", q, k) / math.sqrt(H)
+        a = np.exp(s - s.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        ctx = np.einsum("nts,snh->tnh", a, v).reshape(length, N * H)
+        x = ln(x + linear(ctx, p + "attention.output.dense"), p + "attention.output.LayerNorm")
+        h = linear(x, p + "intermediate.dense")
+        h = 0.5 * h * (1 + erf(h / math.sqrt(2)))
+        x = ln(x + linear(h, p + "output.dense"), p + "output.LayerNorm")
+    return x
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    rng = np.random.default_rng()
+    tensors = random_checkpoint(rng)
+    path = tmp_path / "tiny-bert"
+    path.mkdir()
+    save_file(tensors, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(CONFIG))
+    (path / "tokenizer.json").write_text((model_dir.default_model_dir() / "tokenizer.json").read_text())
+    return path, tensors, rng
+
+
+@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+def test_forward_matches_float64_numpy_on_any_bert_shape(checkpoint, impl):
+    path, tensors, rng = checkpoint
+    spec = model_dir.resolve(str(path))
+    assert (spec.pooling, spec.normalize, spec.max_seq_length) == ("mean", False, 40)
+    params = model_dir.load_params(spec)
+    lengths = np.array([40, 17, 1], np.int32)
+    ids = rng.integers(0, CONFIG["vocab_size"], size=(3, 40)).astype(np.int32)
+    hidden = np.asarray(bert.forward(params, ids, lengths, spec.bert, attention_impl=impl))
+    for row, n in enumerate(lengths):
+        expected = numpy_bert(tensors, CONFIG, ids[row], n)
+        np.testing.assert_allclose(hidden[row, :n], expected, atol=2e-4, rtol=1e-4)
+
+
+def test_pooling_modes():
+    hidden = jnp.asarray(np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3))
+    lengths = jnp.array([2, 4])
+    mean = np.asarray(bert.pool(hidden, lengths, mode="mean", normalize=False))
+    np.testing.assert_allclose(mean[0], np.asarray(hidden)[0, :2].mean(0))
+    np.testing.assert_allclose(mean[1], np.asarray(hidden)[1].mean(0))
+    cls = np.asarray(bert.pool(hidden, lengths, mode="cls", normalize=True))
+    np.testing.assert_allclose(cls, np.asarray(hidden)[:, 0] / np.linalg.norm(np.asarray(hidden)[:, 0], axis=1, keepdims=True), rtol=1e-6)
+
+
+def test_unsupported_configs_are_refused():
+    with pytest.raises(ValueError, match="hidden_act"):
+        bert.BertConfig.from_hf({**CONFIG, "hidden_act": "swish"})
+    with pytest.raises(ValueError, match="divisible"):
+        bert.BertConfig.from_hf({**CONFIG, "num_attention_heads": 5})
+    with pytest.raises(ValueError, match="position_embedding_type"):
+        bert.BertConfig.from_hf({**CONFIG, "position_embedding_type": "relative_key"})
