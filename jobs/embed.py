@@ -8,6 +8,7 @@ model or an unwritable output end the job with one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import JobConfig, run_job  # noqa: E402
+from pipeline.accelerators import ACCELERATORS, DEFAULT_COMPILE_CACHE  # noqa: E402
 from pipeline.config import Resources  # noqa: E402
 from pipeline.encoder import DTYPES, EncoderConfig  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
@@ -30,7 +32,10 @@ def parse_args(argv: list[str]) -> JobConfig:
     p.add_argument("--batch-size", type=int, default=32, metavar="N", help="sequences per batch at full length (default 32)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="encoder compute dtype")
     p.add_argument("--attention", default="auto", metavar="IMPL", help="attention implementation (default auto)")
-    p.add_argument("--encoders", type=int, default=1, metavar="N", help="encoder actors (default 1)")
+    p.add_argument("--accelerator", choices=ACCELERATORS, default="auto", help="where encoders run (default auto)")
+    p.add_argument("--encoders", type=int, metavar="N", help="CPU encoder actors (default: one per node)")
+    p.add_argument("--compile-cache", default=str(DEFAULT_COMPILE_CACHE), metavar="DIR",
+                   help="persistent JAX compilation cache; '' turns it off (default %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="replace a finished output instead of keeping it")
     a = p.parse_args(argv)
     return JobConfig(
@@ -41,11 +46,15 @@ def parse_args(argv: list[str]) -> JobConfig:
         overlap=a.overlap,
         encoder=EncoderConfig(dtype=a.dtype, attention=a.attention, batch_size=a.batch_size),
         resources=Resources(encode_actors=a.encoders),
+        accelerator=a.accelerator,
+        compile_cache=a.compile_cache or None,
         overwrite=a.overwrite,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="%(message)s")
+    logging.getLogger("docembed").setLevel(logging.INFO)
     try:
         cfg = parse_args(sys.argv[1:] if argv is None else argv)
         report = run_job(cfg)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pipeline.accelerators import DEFAULT_COMPILE_CACHE
 from pipeline.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 
@@ -20,8 +21,8 @@ class Resources:
     extract_cpus: float = 0.5
     tokenize_cpus: float = 0.5
     tokenize_actors: int = 1
-    encode_cpus: float = 1.0
-    encode_actors: int = 1
+    encode_cpus: float = 1.0  # per CPU encoder actor
+    encode_actors: int | None = None  # CPU encoder actors; None: one per node
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,8 @@ class JobConfig:
     overlap: int = 32
     encoder: EncoderConfig = EncoderConfig()
     resources: Resources = Resources()
+    accelerator: str = "auto"  # "auto", "tpu", "gpu" or "cpu": see pipeline.accelerators
+    compile_cache: str | None = str(DEFAULT_COMPILE_CACHE)  # None: compile afresh in every actor
     overwrite: bool = False
 
     def __post_init__(self):

@@ -19,6 +19,7 @@ import ray
 from kernels.attention import IMPLS as attention_impls
 from pipeline import model as model_dir
 from pipeline import sink
+from pipeline.accelerators import plan_encoders
 from pipeline.batching import BatchingConfig
 from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
@@ -74,10 +75,16 @@ def run(cfg: JobConfig) -> RunReport | None:
     inputs, skipped = list_inputs(list(cfg.inputs))
     if not inputs:
         raise InputError(f"no documents (.pdf, .txt, .md) under {', '.join(cfg.inputs)} ({skipped} other files skipped)")
-    if not sink.prepare_output(cfg.output, cfg.overwrite):
-        return None
+    sink.check_writable(cfg.output)
 
     _init_ray()
+    placement = plan_encoders(
+        cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
+    )
+    log.info("docembed: %s", placement.describe())
+    # Only now, with every argument checked, is anything written.
+    if not sink.prepare_output(cfg.output, cfg.overwrite):
+        return None
     stats = RunStats.remote()
     res = cfg.resources
     schema = embedded_schema(spec.dim)
@@ -98,11 +105,11 @@ def run(cfg: JobConfig) -> RunReport | None:
         )
         .map_batches(
             EncodeBlock,
-            fn_constructor_args=(cfg.model, cfg.encoder, stats),
+            fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats),
             batch_size=ENCODE_BATCH,
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=res.encode_actors),
-            num_cpus=res.encode_cpus,
+            compute=ray.data.ActorPoolStrategy(size=placement.actors),
+            **placement.ray_remote_args,
         )
         .map_batches(
             sink.write_block,

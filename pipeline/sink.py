@@ -44,6 +44,22 @@ SUMMARY_SCHEMA = pa.schema(
 )
 
 
+def check_writable(output: str) -> None:
+    """Raises OutputError unless `output` can be written; leaves no trace behind."""
+    fs, root = filesystem_for(output)
+    probe = f"{root}/.docembed-write-probe"
+    try:
+        existed = _exists(fs, root)
+        fs.create_dir(root, recursive=True)
+        with fs.open_output_stream(probe) as f:
+            f.write(b"ok")
+        fs.delete_file(probe)
+        if not existed:
+            fs.delete_dir(root)
+    except (OSError, ValueError) as e:
+        raise OutputError(f"output {output} is not writable: {e}") from None
+
+
 def prepare_output(output: str, overwrite: bool) -> bool:
     """Makes `output` ready for a run. Returns False when it already holds a finished run.
 
@@ -63,10 +79,6 @@ def prepare_output(output: str, overwrite: bool) -> bool:
             if _exists(fs, path):
                 fs.delete_dir(path)
             fs.create_dir(path, recursive=True)
-        probe = f"{root}/{STAGING_DIR}/.write-probe"
-        with fs.open_output_stream(probe) as f:
-            f.write(b"ok")
-        fs.delete_file(probe)
     except (OSError, ValueError) as e:
         raise OutputError(f"output {output} is not writable: {e}") from None
     return True

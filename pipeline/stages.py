@@ -14,6 +14,7 @@ import socket
 import pyarrow as pa
 
 from pipeline import model as model_dir
+from pipeline.accelerators import enable_compilation_cache
 from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
@@ -124,7 +125,8 @@ class ChunkBlock:
 class EncodeBlock:
     """Chunk rows -> the same rows with an `embedding`, token ids dropped. Owns this process's devices."""
 
-    def __init__(self, model: str | None, encoder: EncoderConfig, stats=None):
+    def __init__(self, model: str | None, encoder: EncoderConfig, compile_cache: str | None = None, stats=None):
+        enable_compilation_cache(compile_cache)
         self.encoder = Encoder(model_dir.resolve(model), encoder)
         self.schema = embedded_schema(self.encoder.spec.dim)
         self.stats = stats  # a RunStats actor handle, or None

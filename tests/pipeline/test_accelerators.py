@@ -1,0 +1,67 @@
+"""Encoder actor placement, and a job whose encoders are pinned to a (declared) TPU resource.
+
+There is no TPU here: the local Ray declares a custom `TPU` resource so that
+scheduling is real, while JAX inside the actor runs on the CPU. That part is
+the mock, and the only one.
+"""
+
+import pytest
+import ray
+
+from conftest import SAMPLES
+from pipeline import JobConfig, run_job
+from pipeline.accelerators import plan_encoders
+from pipeline.errors import ConfigError
+from pipeline.results import read_report
+
+
+def node(cpu=8, **extra):
+    return {"Alive": True, "Resources": {"CPU": cpu, **extra}}
+
+
+def test_one_actor_per_tpu_host_owning_all_its_chips():
+    nodes = [node(), node(TPU=4), node(TPU=4), {"Alive": False, "Resources": {"TPU": 4}}]
+    placement = plan_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
+    assert placement.kind == "tpu" and placement.actors == 2
+    assert placement.ray_remote_args["resources"] == {"TPU": 4}
+
+
+def test_gpu_one_actor_per_gpu_and_cpu_one_per_node():
+    gpu = plan_encoders("auto", [node(GPU=2), node(GPU=1)], cpu_actors=None, cpu_per_actor=1)
+    assert (gpu.kind, gpu.actors, gpu.ray_remote_args["num_gpus"]) == ("gpu", 3, 1)
+    cpu = plan_encoders("auto", [node(), node()], cpu_actors=None, cpu_per_actor=2)
+    assert (cpu.kind, cpu.actors, cpu.ray_remote_args) == ("cpu", 2, {"num_cpus": 2})
+    assert plan_encoders("cpu", [node(TPU=4)], cpu_actors=3, cpu_per_actor=1).actors == 3
+
+
+@pytest.mark.parametrize("kind", ["tpu", "gpu"])
+def test_missing_accelerator_fails_fast(kind):
+    with pytest.raises(ConfigError, match=f"--accelerator {kind}, but no node"):
+        plan_encoders(kind, [node(), node()], cpu_actors=None, cpu_per_actor=1)
+    with pytest.raises(ConfigError, match="must be one of"):
+        plan_encoders("npu", [node()], cpu_actors=None, cpu_per_actor=1)
+
+
+@pytest.fixture(scope="module")
+def ray_with_tpu():
+    ray.init(num_cpus=2, resources={"TPU": 4}, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_job_schedules_encoders_on_the_tpu_resource(ray_with_tpu, tmp_path):
+    cfg = JobConfig(inputs=(str(SAMPLES / "text"),), output=str(tmp_path / "out"), accelerator="tpu",
+                    compile_cache=str(tmp_path / "cache"))
+    report = run_job(cfg)
+    assert report.docs_ok == 5
+    assert read_report(str(tmp_path / "out"))["counts"]["docs_ok"] == 5
+    # The encoder held the TPU resource while it ran, and handed it back.
+    assert ray.available_resources().get("TPU") == 4
+    assert any((tmp_path / "cache").iterdir()), "the encoder wrote its compiled programs to the cache"
+
+
+def test_job_asking_for_a_gpu_here_fails_before_starting(ray_with_tpu, tmp_path):
+    cfg = JobConfig(inputs=(str(SAMPLES / "text"),), output=str(tmp_path / "out"), accelerator="gpu")
+    with pytest.raises(ConfigError, match="no node of this Ray cluster has a GPU"):
+        run_job(cfg)
+    assert not (tmp_path / "out").exists()
