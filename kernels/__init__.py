@@ -1,0 +1,1 @@
+"""Device compute for docembed: pure JAX, no Ray, no storage."""

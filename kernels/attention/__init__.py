@@ -1,0 +1,16 @@
+"""Attention kernels behind one contract.
+
+    attention(q, k, v, *, kv_lengths=None, impl="auto", scale=None)  # 'BTNH' -> 'BTNH'
+    available_impls()  # names that can run on this platform
+
+Implementations (`IMPLS`): reference (plain XLA, the oracle), blockwise (flash
+attention in plain JAX), pallas (our Pallas kernel: Mosaic on TPU, Triton on GPU,
+interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn
+(JAX's cuDNN flash attention on GPU). `tpu_interpret_mode()` emulates a TPU on CPU
+for tests.
+"""
+
+from kernels.attention._dispatch import IMPLS, attention, available_impls
+from kernels.attention._platform import tpu_interpret_mode
+
+__all__ = ["IMPLS", "attention", "available_impls", "tpu_interpret_mode"]

@@ -1,0 +1,198 @@
+"""The one place an attention implementation is chosen.
+
+An explicitly named implementation runs or raises a clear error that names the
+ones that can. `auto` picks from platform, dtype and sequence length, logs its
+choice once, and falls back with a warning when its pick cannot run.
+"""
+
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from kernels.attention import _platform
+from kernels.attention._blockwise import blockwise_attention
+from kernels.attention._jax_shipped import cudnn_attention, tpu_flash_attention, tpu_splash_attention
+from kernels.attention._pallas import pallas_attention
+from kernels.attention._reference import reference_attention
+
+log = logging.getLogger("kernels.attention")
+
+# Up to these key lengths `auto` uses plain XLA: a fused softmax over a small score
+# matrix costs no more than a kernel's tiling. CPU is measured (bench/attention.py:
+# reference and blockwise tie up to 256 keys, blockwise is 4-8x faster from 1024);
+# GPU and TPU are starting points until the bench has run on those chips.
+SHORT_KV_SEQ = {"cpu": 256, "gpu": 256, "tpu": 512}
+HALF_DTYPES = (jnp.bfloat16, jnp.float16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """What the choice depends on; fixed at trace time."""
+
+    platform: str
+    dtype: np.dtype
+    kv_seq: int
+    head_dim: int
+    # Inside jax.shard_map with check_vma=True: q varies over some mesh axes and
+    # every kernel output must say so.
+    varying: bool
+
+
+def _no_limits(problem: Problem) -> str | None:
+    return None
+
+
+def _pallas_limits(problem: Problem) -> str | None:
+    if problem.platform == "gpu" and problem.head_dim & (problem.head_dim - 1):
+        return f"Triton needs a power-of-two head_dim, got {problem.head_dim}"
+    if problem.platform == "cpu" and problem.varying:
+        return ("Pallas interpret mode fails under jax.shard_map(check_vma=True) "
+                "(a JAX limitation); use check_vma=False")
+    return None
+
+
+def _tpu_kernel_limits(problem: Problem) -> str | None:
+    if problem.varying:
+        return ("JAX's TPU kernels do not declare how their output varies across the mesh; "
+                "call them under jax.shard_map(check_vma=False)")
+    return None
+
+
+def _cudnn_limits(problem: Problem) -> str | None:
+    if problem.dtype not in HALF_DTYPES:
+        return f"cuDNN flash attention takes bfloat16 or float16, got {problem.dtype.name}"
+    if problem.head_dim > 128 or problem.head_dim % 8:
+        return f"cuDNN needs head_dim a multiple of 8 up to 128, got {problem.head_dim}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Impl:
+    fn: Callable[..., jax.Array]
+    platforms: frozenset[str] | None  # None: every platform
+    limits: Callable[[Problem], str | None] = _no_limits
+
+    def why_not(self, problem: Problem) -> str | None:
+        if self.platforms is not None and problem.platform not in self.platforms:
+            return f"needs {' or '.join(sorted(self.platforms)).upper()}, platform is {problem.platform!r}"
+        return self.limits(problem)
+
+
+_IMPLS: dict[str, _Impl] = {
+    "reference": _Impl(reference_attention, None),
+    "blockwise": _Impl(blockwise_attention, None),
+    # On CPU in Pallas interpret mode: an emulator for tests, so `auto` never
+    # picks it there.
+    "pallas": _Impl(pallas_attention, frozenset({"cpu", "gpu", "tpu"}), _pallas_limits),
+    "tpu_flash": _Impl(tpu_flash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
+    "tpu_splash": _Impl(tpu_splash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
+    "cudnn": _Impl(cudnn_attention, frozenset({"gpu"}), _cudnn_limits),
+}
+IMPLS = tuple(_IMPLS)
+
+
+def available_impls() -> list[str]:
+    """Implementations that can run on the current default backend (any dtype/shape limits aside)."""
+    platform = _platform.platform()
+    return [name for name, impl in _IMPLS.items() if impl.platforms is None or platform in impl.platforms]
+
+
+def _auto_candidates(problem: Problem) -> list[str]:
+    if problem.platform == "tpu":
+        kernels = ["tpu_splash", "pallas", "blockwise"]
+    elif problem.platform == "gpu":
+        kernels = ["cudnn", "pallas", "blockwise"] if problem.dtype in HALF_DTYPES else ["pallas", "blockwise"]
+    else:
+        kernels = ["blockwise"]
+    if problem.kv_seq <= SHORT_KV_SEQ.get(problem.platform, 0):
+        return ["reference", *kernels]
+    return [*kernels, "reference"]
+
+
+_logged: set[str] = set()
+
+
+def _log_once(level: int, message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.log(level, message)
+
+
+def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
+    candidates = _auto_candidates(problem)
+    where = (f"attention(impl='auto') on {problem.platform}, {problem.dtype.name}, "
+             f"kv_seq {problem.kv_seq}, head_dim {problem.head_dim}")
+    for name, fallback in zip(candidates, candidates[1:]):
+        reason = _IMPLS[name].why_not(problem)
+        if reason is None:
+            try:
+                out = run(name)
+            except Exception as error:  # e.g. cuDNN missing: found only when traced
+                reason = f"{type(error).__name__}: {error}"
+            else:
+                _log_once(logging.INFO, f"{where}: using {name!r}")
+                return out
+        _log_once(logging.WARNING, f"{where}: {name!r} cannot run ({reason}); falling back to {fallback!r}")
+    # The last resort is blockwise or reference: plain XLA, it runs everywhere.
+    _log_once(logging.INFO, f"{where}: using {candidates[-1]!r}")
+    return run(candidates[-1])
+
+
+def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array | None) -> None:
+    if q.ndim != 4 or k.shape != v.shape or k.ndim != 4:
+        raise ValueError(f"attention wants q, k, v shaped [batch, seq, heads, head_dim] with k and v alike; "
+                         f"got q {q.shape}, k {k.shape}, v {v.shape}")
+    if (q.shape[0], q.shape[2], q.shape[3]) != (k.shape[0], k.shape[2], k.shape[3]):
+        raise ValueError(f"q {q.shape} and k {k.shape} differ in batch, heads or head_dim")
+    if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
+        raise ValueError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if kv_lengths is None:
+        return
+    if kv_lengths.shape != (q.shape[0],) or not jnp.issubdtype(kv_lengths.dtype, jnp.integer):
+        raise ValueError(f"kv_lengths must be integers shaped [batch] = ({q.shape[0]},); "
+                         f"got {kv_lengths.dtype}{kv_lengths.shape}")
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    kv_lengths: jax.Array | None = None,
+    impl: str = "auto",
+    scale: float | None = None,
+) -> jax.Array:
+    """Softmax attention, 'BTNH,BSNH,BSNH->BTNH', in q's dtype.
+
+    q is [batch, q_seq, heads, head_dim]; k and v are [batch, kv_seq, heads,
+    head_dim]. kv_lengths [batch] marks padding: keys at positions >= length get
+    no weight, and a row with length 0 comes out as zeros. scale defaults to
+    1/sqrt(head_dim). impl is "auto" or one of `IMPLS`; see `available_impls()`.
+    Traceable under `jax.jit` and `jax.shard_map` (the platform is read at trace
+    time).
+    """
+    kv_lengths = None if kv_lengths is None else jnp.asarray(kv_lengths)
+    _check_shapes(q, k, v, kv_lengths)
+    batch, kv_seq, _, head_dim = k.shape
+    kv_lengths = jnp.full((batch,), kv_seq, jnp.int32) if kv_lengths is None else kv_lengths.astype(jnp.int32)
+    scale = float(head_dim**-0.5 if scale is None else scale)
+    varying = bool(jax.typeof(q).manual_axis_type.varying)
+    problem = Problem(_platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, varying)
+
+    def run(name: str) -> jax.Array:
+        return _IMPLS[name].fn(q, k, v, kv_lengths, scale=scale)
+
+    if impl == "auto":
+        return _run_auto(problem, run)
+    if impl not in _IMPLS:
+        raise ValueError(f"unknown attention impl {impl!r}; known: auto, {', '.join(IMPLS)}")
+    reason = _IMPLS[impl].why_not(problem)
+    if reason is not None:
+        runnable = [name for name, candidate in _IMPLS.items() if candidate.why_not(problem) is None]
+        raise ValueError(f"attention impl {impl!r} cannot run here: {reason}. "
+                         f"Can run here: {', '.join(runnable)} (or 'auto').")
+    return run(impl)

@@ -1,0 +1,56 @@
+"""The online softmax of flash attention, shared by `blockwise` and `pallas`.
+
+Shapes: q [..., Q, H] and k, v [..., K, H], where the leading dims batch the
+matmuls ((B, N) in `blockwise`, none inside the Pallas kernel); `valid` is a bool
+mask broadcastable to the scores [..., Q, K]. The state is the running max
+m [..., Q, 1], the running sum l [..., Q, 1] and the unnormalised output
+acc [..., Q, H], all float32 whatever the input dtype.
+"""
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from kernels.attention._masking import MASK_VALUE
+
+
+class State(NamedTuple):
+    m: jax.Array
+    l: jax.Array
+    acc: jax.Array
+
+
+def init(q: jax.Array) -> State:
+    """Empty state for queries q [..., Q, H]."""
+    # Built from q, not from its shape, so that under shard_map the loop carry is
+    # device-varying like the values folded into it.
+    zeros = jnp.zeros_like(q[..., :1], jnp.float32)
+    # MASK_VALUE rather than -inf keeps exp(m_old - m_new) finite on rows that
+    # have seen only padding so far.
+    return State(zeros + MASK_VALUE, zeros, jnp.zeros_like(q, jnp.float32))
+
+
+def _batched_dot(a: jax.Array, b: jax.Array, a_axis: int, b_axis: int) -> jax.Array:
+    batch = tuple(range(a.ndim - 2))
+    dims = (((a_axis % a.ndim,), (b_axis % b.ndim,)), (batch, batch))
+    return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+
+
+def step(state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> State:
+    """Folds one block of keys/values into the state."""
+    s = jnp.where(valid, _batched_dot(q, k, -1, -1) * scale, MASK_VALUE)
+    m = jnp.maximum(state.m, s.max(axis=-1, keepdims=True))
+    correction = jnp.exp(state.m - m)
+    # The where, not just the large negative score, is what gives padding exactly
+    # zero weight on rows that have no valid key (there m is MASK_VALUE too).
+    p = jnp.where(valid, jnp.exp(s - m), 0.0)
+    l = correction * state.l + p.sum(axis=-1, keepdims=True)
+    # p in the value dtype: bfloat16 matmuls at full speed, accumulated in float32.
+    acc = correction * state.acc + _batched_dot(p.astype(v.dtype), v, -1, -2)
+    return State(m, l, acc)
+
+
+def finish(state: State) -> jax.Array:
+    """float32 output [..., Q, H]; zeros on rows that saw no valid key."""
+    return state.acc / jnp.where(state.l == 0, 1.0, state.l)

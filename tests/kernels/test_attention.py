@@ -1,0 +1,135 @@
+"""The attention contract, run against every implementation that can run here.
+
+On CPU: reference, blockwise and pallas (Pallas interpret mode) natively, plus
+pallas, tpu_flash and tpu_splash under TPU interpret mode. Every case is checked
+against attention computed in float64 numpy from the same (dtype-rounded) inputs.
+"""
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from kernels.attention import attention, available_impls, tpu_interpret_mode
+from kernels.attention._blockwise import BlockwiseBlocks, blockwise_attention
+from kernels.attention._pallas import PallasBlocks, pallas_attention
+
+# Max |out - float64| allowed is atol + rtol * |float64|, outputs being O(1).
+# float32: 3e-6, ~25 ulps at 1.0 (eps 1.2e-7): scores, exp and sums over up to
+# 256 keys round. Over 12 seeds of this suite the worst case used 1/5 of it.
+# bfloat16: 1.5e-2, ~2 ulps (eps 7.8e-3): the output itself is rounded to
+# bfloat16, the kernels feed bfloat16 weights to the value matmul, and tpu_splash
+# pre-scales q in bfloat16. Over 12 seeds the worst case (tpu_flash, tpu_splash)
+# used 1/3 of it.
+TOLERANCES = {jnp.float32: dict(atol=3e-6, rtol=3e-6), jnp.bfloat16: dict(atol=1.5e-2, rtol=1.5e-2)}
+
+EMULATED = ("pallas", "tpu_flash", "tpu_splash")
+
+
+def _cases() -> list:
+    cases = [pytest.param(name, False, id=name) for name in available_impls()]
+    if jax.default_backend() != "tpu":
+        cases += [pytest.param(name, True, id=f"{name}-tpu_interpret") for name in EMULATED]
+    return cases
+
+
+def attention_float64(q, k, v, kv_lengths, scale: float) -> np.ndarray:
+    """The oracle, independent of the code under test: 'BTNH' float64."""
+    q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
+    out = np.zeros(q.shape, np.float64)
+    for b, length in enumerate(np.asarray(kv_lengths)):
+        if length == 0:
+            continue
+        scores = np.einsum("tnh,snh->nts", q[b], k[b, :length]) * scale
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        out[b] = np.einsum("nts,snh->tnh", weights, v[b, :length])
+    return out
+
+
+def make_inputs(rng, batch, q_seq, kv_seq, heads, head_dim, dtype, logit_scale=1.0, lengths=()):
+    """Random q, k, v and kv_lengths: the given `lengths` first, then 0, 1,
+    something in between and full, then random ones, shuffled.
+
+    Padded keys and values are filled with large garbage: masking must ignore
+    them, not rely on them being zero.
+    """
+    q = rng.standard_normal((batch, q_seq, heads, head_dim)) * logit_scale
+    k, v = (rng.standard_normal((batch, kv_seq, heads, head_dim)) for _ in range(2))
+    lengths = [*lengths, 0, 1, rng.integers(2, kv_seq), kv_seq, *rng.integers(0, kv_seq + 1, batch)][:batch]
+    lengths = rng.permutation(lengths).astype(np.int32)
+    padding = np.arange(kv_seq)[None, :, None, None] >= lengths[:, None, None, None]
+    k = np.where(padding, 1e3 * rng.standard_normal(k.shape), k)
+    v = np.where(padding, 1e3 * rng.standard_normal(v.shape), v)
+    return (*(jnp.asarray(x, dtype) for x in (q, k, v)), jnp.asarray(lengths))
+
+
+def check(out, q, k, v, lengths, scale, dtype, what, tolerance=None):
+    assert out.shape == q.shape and out.dtype == dtype, (what, out.shape, out.dtype)
+    out = np.asarray(out.astype(jnp.float32), np.float64)
+    assert np.isfinite(out).all(), f"{what}: NaN or Inf in output"
+    assert (out[np.asarray(lengths) == 0] == 0).all(), f"{what}: rows without keys must be zeros"
+    expected = attention_float64(q, k, v, lengths, scale)
+    np.testing.assert_allclose(out, expected, err_msg=what, **(tolerance or TOLERANCES[dtype]))
+
+
+def run(impl, emulated, *args, **kwargs):
+    with tpu_interpret_mode() if emulated else contextlib.nullcontext():
+        return jax.jit(lambda q, k, v, l: attention(q, k, v, kv_lengths=l, impl=impl, **kwargs))(*args)
+
+
+@pytest.mark.parametrize("impl, emulated", _cases())
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("seq, head_dim", [(128, 64), (200, 32)], ids=["seq128", "seq200"])
+def test_matches_float64(seeded_rng, impl, emulated, dtype, seq, head_dim):
+    """128 is a whole number of blocks for every kernel; 200 is not."""
+    q, k, v, lengths = make_inputs(seeded_rng, 4, seq, seq, 2, head_dim, dtype)
+    try:
+        out = run(impl, emulated, q, k, v, lengths)
+    except ValueError as error:  # e.g. cudnn with float32 on a GPU host
+        if "cannot run here" in str(error):
+            pytest.skip(str(error))
+        raise
+    check(out, q, k, v, lengths, head_dim**-0.5, dtype, f"{impl} seq {seq} {dtype.__name__}")
+
+
+@pytest.mark.parametrize("impl, emulated", [c for c in _cases() if not c.values[1]])
+def test_cross_attention_and_large_logits(seeded_rng, impl, emulated):
+    """Queries and keys of different lengths, and scores in the hundreds, where a
+    softmax without a running max overflows. float32 rounding of scores ~100 moves
+    the weights by ~1e-5 relative, hence the looser tolerance."""
+    q, k, v, lengths = make_inputs(seeded_rng, 5, 48, 80, 3, 32, jnp.float32, logit_scale=30.0)
+    out = run(impl, emulated, q, k, v, lengths)
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"{impl} cross/large", dict(atol=2e-4, rtol=2e-4))
+
+
+def test_explicit_scale(seeded_rng):
+    q, k, v, lengths = make_inputs(seeded_rng, 4, 40, 40, 2, 16, jnp.float32)
+    for impl in available_impls():
+        check(run(impl, False, q, k, v, lengths, scale=0.5), q, k, v, lengths, 0.5, jnp.float32, impl)
+
+
+@pytest.mark.parametrize("seq", [96, 100])
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        lambda *a, scale: blockwise_attention(*a, scale=scale, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
+        lambda *a, scale: pallas_attention(*a, scale=scale, blocks=PallasBlocks(block_q=16, block_k=32)),
+    ],
+    ids=["blockwise", "pallas"],
+)
+def test_many_small_blocks(seeded_rng, kernel, seq):
+    """Several key blocks per row, lengths ending mid-block, on a block edge, and
+    whole blocks of padding: the online softmax across block boundaries."""
+    q, k, v, lengths = make_inputs(seeded_rng, 6, seq, seq, 2, 32, jnp.float32, lengths=(32, 33))
+    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5))(q, k, v, lengths)
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"seq {seq}")
+
+
+def test_without_kv_lengths_attends_to_everything(seeded_rng):
+    full = (64,) * 4
+    q, k, v, full = make_inputs(seeded_rng, 4, 64, 64, 2, 32, jnp.float32, lengths=full)
+    for impl in available_impls():
+        check(jax.jit(lambda *a: attention(*a, impl=impl))(q, k, v), q, k, v, full, 32**-0.5, jnp.float32, impl)

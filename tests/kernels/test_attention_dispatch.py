@@ -1,0 +1,199 @@
+"""Dispatch, lowering for TPU/GPU from this host, and use inside jax.shard_map."""
+
+import dataclasses
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from kernels.attention import IMPLS, _dispatch, _platform, attention, available_impls, tpu_interpret_mode
+from kernels.attention._dispatch import SHORT_KV_SEQ
+from kernels.attention._jax_shipped import tpu_flash_attention, tpu_splash_attention
+from kernels.attention._pallas import pallas_attention
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+cpu_only = pytest.mark.skipif(jax.default_backend() != "cpu", reason="asserts what runs on a CPU host")
+
+
+def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
+    return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
+
+
+def trace(impl="auto", **shape):
+    """Traces attention without running it: enough to make every dispatch decision."""
+    q = spec(**shape)
+    return jax.eval_shape(lambda q, k, v: attention(q, k, v, impl=impl), q, q, q)
+
+
+@pytest.fixture
+def fresh_log(caplog, monkeypatch):
+    monkeypatch.setattr(_dispatch, "_logged", set())
+    caplog.set_level(logging.INFO, logger="kernels.attention")
+    return caplog
+
+
+@pytest.fixture
+def pretend_gpu(monkeypatch):
+    monkeypatch.setattr(_platform, "platform", lambda: "gpu")
+
+
+@cpu_only
+def test_available_on_cpu():
+    assert available_impls() == ["reference", "blockwise", "pallas"]
+    with tpu_interpret_mode():
+        assert available_impls() == ["reference", "blockwise", "pallas", "tpu_flash", "tpu_splash"]
+    assert set(IMPLS) == {"reference", "blockwise", "pallas", "tpu_flash", "tpu_splash", "cudnn"}
+
+
+@cpu_only
+@pytest.mark.parametrize("impl", ["cudnn", "tpu_flash", "tpu_splash"])
+def test_explicit_impl_that_cannot_run_names_what_can(impl):
+    expected = rf"'{impl}' cannot run here: needs (GPU|TPU).*Can run here: reference, blockwise, pallas"
+    with pytest.raises(ValueError, match=expected):
+        trace(impl)
+
+
+def test_unknown_impl():
+    with pytest.raises(ValueError, match="unknown attention impl 'flash'; known: auto, reference"):
+        trace("flash")
+
+
+def test_explicit_impl_outside_its_limits(pretend_gpu):
+    with pytest.raises(ValueError, match="cuDNN flash attention takes bfloat16 or float16, got float32"):
+        trace("cudnn", dtype=jnp.float32)
+    with pytest.raises(ValueError, match="power-of-two head_dim"):
+        trace("pallas", head_dim=48)
+
+
+@cpu_only
+def test_auto_on_cpu_uses_xla_for_short_and_blockwise_for_long(fresh_log):
+    short, long_ = SHORT_KV_SEQ["cpu"], SHORT_KV_SEQ["cpu"] * 4
+    trace(seq=short)
+    trace(seq=long_)
+    trace(seq=long_)  # the same choice again is not logged again
+    choices = [r.getMessage() for r in fresh_log.records]
+    assert len(choices) == 2, choices
+    assert choices[0].endswith("using 'reference'") and f"kv_seq {short}," in choices[0]
+    assert choices[1].endswith("using 'blockwise'") and f"kv_seq {long_}," in choices[1]
+    assert all(r.levelno == logging.INFO for r in fresh_log.records)
+
+
+def test_auto_falls_back_with_one_warning_each(fresh_log, pretend_gpu):
+    """On a 'GPU' without cuDNN (this host), bfloat16 with head_dim 48: cuDNN fails
+    when traced, pallas refuses the head_dim, blockwise runs."""
+    shape = dict(seq=1024, head_dim=48, dtype=jnp.bfloat16)
+    for _ in range(2):
+        out = trace(**shape)
+    assert out.shape == (2, 1024, 2, 48) and out.dtype == jnp.bfloat16
+    warnings = [r.getMessage() for r in fresh_log.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert "'cudnn' cannot run" in warnings[0] and "falling back to 'pallas'" in warnings[0]
+    assert "'pallas' cannot run (Triton needs a power-of-two head_dim" in warnings[1]
+    assert fresh_log.records[-1].getMessage().endswith("using 'blockwise'")
+
+
+def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
+    chosen = []
+
+    def recorder(name):
+        return lambda q, k, v, kv_lengths, *, scale: chosen.append(name) or q
+
+    fakes = {name: dataclasses.replace(impl, fn=recorder(name)) for name, impl in _dispatch._IMPLS.items()}
+    monkeypatch.setattr(_dispatch, "_IMPLS", fakes)
+    trace(seq=1024, dtype=jnp.bfloat16)
+    trace(seq=1024, dtype=jnp.float32)
+    trace(seq=64, dtype=jnp.float32)
+    assert chosen == ["cudnn", "pallas", "reference"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)),
+        dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)),
+        dict(q=(2, 8, 16), k=(2, 8, 16)),
+        dict(q=(2, 8, 2, 16), k=(2, 8, 2, 16), lengths=(3,)),
+    ],
+)
+def test_rejects_malformed_inputs(bad):
+    q, k = jnp.zeros(bad["q"]), jnp.zeros(bad["k"])
+    lengths = jnp.zeros(bad["lengths"], jnp.int32) if "lengths" in bad else None
+    with pytest.raises(ValueError):
+        attention(q, k, k, kv_lengths=lengths)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("platform", ["tpu", "gpu"])
+def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype):
+    """Mosaic (TPU) and Triton (GPU) lowering run in Python, so a CPU host can check
+    them; only the final device compilation needs the chip."""
+    q, lengths = spec(seq=200, head_dim=64, dtype=dtype), jax.ShapeDtypeStruct((2,), jnp.int32)
+    fn = jax.jit(lambda q, k, v, l: pallas_attention(q, k, v, l, scale=0.125, platform=platform))
+    text = fn.trace(q, q, q, lengths).lower(lowering_platforms=({"gpu": "cuda"}.get(platform, platform),)).as_text()
+    assert ("tpu_custom_call" if platform == "tpu" else "triton") in text
+
+
+@pytest.mark.parametrize("kernel", [tpu_flash_attention, tpu_splash_attention], ids=["tpu_flash", "tpu_splash"])
+def test_jax_tpu_kernels_lower_for_tpu(kernel):
+    q, lengths = spec(seq=200, head_dim=64, dtype=jnp.bfloat16), jax.ShapeDtypeStruct((2,), jnp.int32)
+    fn = jax.jit(lambda q, k, v, l: kernel(q, k, v, l, scale=0.125))
+    assert "tpu_custom_call" in fn.trace(q, q, q, lengths).lower(lowering_platforms=("tpu",)).as_text()
+
+
+SHARD_MAP_SCRIPT = textwrap.dedent(
+    """
+    import contextlib
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from kernels.attention import attention, tpu_interpret_mode
+
+    mesh = jax.make_mesh((2,), ("heads",))
+    heads = P(None, None, "heads", None)
+    q, k, v = (jax.random.normal(key, (2, 72, 4, 32)) for key in jax.random.split(jax.random.key(0), 3))
+    lengths = jnp.array([0, 50], jnp.int32)
+    expected = attention(q, k, v, kv_lengths=lengths, impl="reference")
+    q, k, v = (jax.device_put(x, NamedSharding(mesh, heads)) for x in (q, k, v))
+
+    def sharded(impl, check_vma):
+        body = lambda q, k, v, l: attention(q, k, v, kv_lengths=l, impl=impl)
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P()),
+                                     out_specs=heads, check_vma=check_vma))
+
+    # (impl, check_vma, emulate a TPU). tpu_flash is left out: under TPU interpret
+    # mode on two CPU devices JAX's emulator hangs on it.
+    cases = [("auto", True, False), ("reference", True, False), ("blockwise", True, False),
+             ("pallas", False, False), ("pallas", True, True), ("tpu_splash", False, True)]
+    for impl, check_vma, emulate in cases:
+        with tpu_interpret_mode() if emulate else contextlib.nullcontext():
+            out = sharded(impl, check_vma)(q, k, v, lengths)
+        assert out.sharding.spec == heads, out.sharding
+        np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
+        print("ok", impl)
+    for impl, emulate in [("pallas", False), ("tpu_splash", True)]:
+        with tpu_interpret_mode() if emulate else contextlib.nullcontext():
+            try:
+                sharded(impl, True)(q, k, v, lengths)
+            except ValueError as error:
+                assert "check_vma=False" in str(error), error
+                print("refused", impl)
+            else:
+                raise AssertionError(impl + " should refuse check_vma=True")
+    """
+)
+
+
+@cpu_only
+def test_inside_shard_map_with_heads_split():
+    """Two CPU devices need a fresh process: the device count is fixed at startup."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-c", SHARD_MAP_SCRIPT], env=env, cwd=REPO,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert result.stdout.split() == ["ok", "auto", "ok", "reference", "ok", "blockwise", "ok", "pallas",
+                                     "ok", "pallas", "ok", "tpu_splash", "refused", "pallas", "refused", "tpu_splash"]
