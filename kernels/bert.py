@@ -7,6 +7,12 @@ Shape letters used in names and docstrings:
 Layers are stacked along a leading L axis and run with `lax.scan`, so a model of
 any depth compiles one layer body; the attention kernel is chosen by name and
 reached only through `kernels.attention.attention`.
+
+Each letter names a logical axis (`AXES`); parameter names end in their shape
+letters, so `param_axes` reads every parameter's logical axes off its name and
+`kernels.sharding` turns them into mesh placements. Under `shard_map` the same
+`forward` runs on each device's shards: heads and F split, the contractions
+over them completed by a psum.
 """
 
 from __future__ import annotations
@@ -17,10 +23,24 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from kernels.attention import attention
+from kernels.sharding import ShardingRules, sum_shards
 
 Params = dict[str, Any]
+
+AXES = {
+    "B": "batch",
+    "T": "seq",
+    "D": "embed",
+    "N": "heads",
+    "H": "head_dim",
+    "F": "mlp",
+    "L": "layers",
+    "V": "vocab",
+    "P": "positions",
+}
 
 _ACTIVATIONS = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=False),
@@ -120,6 +140,25 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: BertConfig) -> Params
     }
 
 
+def logical(letters: str) -> P:
+    """Shape letters -> logical axes: 'BTD' -> P('batch', 'seq', 'embed')."""
+    return P(*(AXES[letter] for letter in letters))
+
+
+def param_axes(params: Params) -> Any:
+    """The params pytree with each array replaced by its logical axes, read off
+    the name's shape suffix (`q_LDNH` -> P('layers', 'embed', 'heads', 'head_dim'))."""
+
+    def axes(path, leaf):
+        name = path[-1].key
+        letters = name.rsplit("_", 1)[-1]
+        if len(letters) != np.ndim(leaf):
+            raise ValueError(f"parameter {name!r} of shape {np.shape(leaf)} does not match its suffix {letters!r}")
+        return logical(letters)
+
+    return jax.tree_util.tree_map_with_path(axes, params)
+
+
 def cast_params(params: Params, dtype: jnp.dtype) -> Params:
     """Casts matmul weights to the compute dtype; layer-norm parameters stay float32."""
 
@@ -140,24 +179,43 @@ def _layer_norm(x_BTD, scale_D, bias_D, eps: float):
     return y.astype(x_BTD.dtype)
 
 
-def encoder_layer(x_BTD, layer: Params, lengths_B, cfg: BertConfig, attention_impl: str):
-    """One post-norm transformer block: attention then MLP, each with a residual."""
+def encoder_layer(x_BTD, layer: Params, lengths_B, cfg: BertConfig, attention_impl: str, rules: ShardingRules | None):
+    """One post-norm transformer block: attention then MLP, each with a residual.
+
+    With the heads and F axes split, the in-projections (QKV, up) need no
+    communication; the out-projections (out, down) give partial sums over the
+    local heads or F slice, completed by `sum_shards` before their bias and
+    residual, which must be added once, not once per shard.
+    """
     q = jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["q_LDNH"]) + layer["q_bias_LNH"]
     k = jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["k_LDNH"]) + layer["k_bias_LNH"]
     v = jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["v_LDNH"]) + layer["v_bias_LNH"]
     ctx_BTNH = attention(q, k, v, kv_lengths=lengths_B, impl=attention_impl)
-    attn_BTD = jnp.einsum("BTNH,NHD->BTD", ctx_BTNH.astype(x_BTD.dtype), layer["out_LNHD"]) + layer["out_bias_LD"]
+    attn_BTD = jnp.einsum("BTNH,NHD->BTD", ctx_BTNH.astype(x_BTD.dtype), layer["out_LNHD"])
+    attn_BTD = sum_shards(attn_BTD, "heads", rules) + layer["out_bias_LD"]
     x_BTD = _layer_norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer["ln1_bias_LD"], cfg.layer_norm_eps)
 
     h_BTF = _ACTIVATIONS[cfg.hidden_act](jnp.einsum("BTD,DF->BTF", x_BTD, layer["up_LDF"]) + layer["up_bias_LF"])
-    mlp_BTD = jnp.einsum("BTF,FD->BTD", h_BTF, layer["down_LFD"]) + layer["down_bias_LD"]
+    mlp_BTD = sum_shards(jnp.einsum("BTF,FD->BTD", h_BTF, layer["down_LFD"]), "mlp", rules) + layer["down_bias_LD"]
     return _layer_norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer["ln2_bias_LD"], cfg.layer_norm_eps)
 
 
-def forward(params: Params, ids_BT, lengths_B, cfg: BertConfig, *, attention_impl: str = "auto"):
+def forward(
+    params: Params,
+    ids_BT,
+    lengths_B,
+    cfg: BertConfig,
+    *,
+    attention_impl: str = "auto",
+    rules: ShardingRules | None = None,
+):
     """Token ids [B, T] (right-padded; `lengths_B` real tokens each) -> hidden states [B, T, D].
 
-    The compute dtype is the dtype of the weights (see `cast_params`).
+    The compute dtype is the dtype of the weights (see `cast_params`). Called on
+    whole arrays, `rules` is None. Inside `shard_map` over a mesh laid out by
+    `rules`, params and ids are this device's shards (B, heads and F split as
+    the rules say) and the result is this device's rows, replicated over the
+    heads/F mesh axis.
     """
     emb = params["embed"]
     T = ids_BT.shape[1]
@@ -165,7 +223,7 @@ def forward(params: Params, ids_BT, lengths_B, cfg: BertConfig, *, attention_imp
     x_BTD = _layer_norm(x_BTD, emb["ln_scale_D"], emb["ln_bias_D"], cfg.layer_norm_eps)
 
     def body(x, layer):
-        return encoder_layer(x, layer, lengths_B, cfg, attention_impl), None
+        return encoder_layer(x, layer, lengths_B, cfg, attention_impl, rules), None
 
     x_BTD, _ = jax.lax.scan(body, x_BTD, params["layers"])
     return x_BTD

@@ -26,6 +26,9 @@ class BatchingConfig:
     # callers embedding a handful of texts want this; a job streaming thousands of
     # chunks wants full batches so it never compiles a new shape.
     shrink_tail: bool = False
+    # Every batch's rows are a multiple of this: the encoder splits rows evenly
+    # over its mesh's data axis.
+    row_multiple: int = 1
 
     def __post_init__(self):
         if self.batch_size < 1:
@@ -43,7 +46,11 @@ class BatchingConfig:
         return self.buckets[bisect.bisect_left(self.buckets, n_tokens)]
 
     def rows_for(self, bucket: int) -> int:
-        return max(1, self.batch_size * self.max_seq_len // bucket)
+        return self.round_rows(self.batch_size * self.max_seq_len // bucket)
+
+    def round_rows(self, rows: int) -> int:
+        """Rows up to the next multiple of `row_multiple` (at least one multiple)."""
+        return max(1, -(-rows // self.row_multiple)) * self.row_multiple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +78,7 @@ def plan_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Ite
             rows = in_bucket[lo : lo + full_rows]
             n_rows = full_rows
             if cfg.shrink_tail and len(rows) < full_rows:
-                n_rows = min(full_rows, 1 << (len(rows) - 1).bit_length())
+                n_rows = min(full_rows, cfg.round_rows(1 << (len(rows) - 1).bit_length()))
             ids = np.zeros((n_rows, bucket), dtype=np.int32)
             lens = np.ones(n_rows, dtype=np.int32)
             for r, i in enumerate(rows):

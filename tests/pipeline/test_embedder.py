@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernels.attention import available_impls
 from pipeline import Embedder
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "st_reference.npz"
@@ -65,3 +66,10 @@ def test_empty_list_and_single_string(embedder):
     assert embedder.embed([]).shape == (0, 384)
     with pytest.raises(TypeError):
         embedder.embed("not a list")
+
+
+@pytest.mark.parametrize("impl", [i for i in available_impls() if i != "reference"])
+def test_every_attention_impl_gives_the_same_embeddings(reference, impl):
+    texts, expected = reference
+    got = Embedder.load(attention=impl).embed(texts[:12])
+    assert cosine(got, expected[:12]).min() >= 0.9999, impl
