@@ -14,25 +14,19 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from pipeline.errors import ConfigError
-
 
 @dataclasses.dataclass(frozen=True)
 class BatchingConfig:
     max_seq_len: int
-    batch_size: int  # rows per batch in the longest bucket
+    batch_size: int  # rows per data shard in the longest bucket
     min_bucket: int = 32
     # Pad a final partial batch only to the next power of two of rows. Interactive
     # callers embedding a handful of texts want this; a job streaming thousands of
     # chunks wants full batches so it never compiles a new shape.
     shrink_tail: bool = False
     # Every batch's rows are a multiple of this: the encoder splits rows evenly
-    # over its mesh's data axis.
+    # over its mesh's data axis, `batch_size` rows at full length to each shard.
     row_multiple: int = 1
-
-    def __post_init__(self):
-        if self.batch_size < 1:
-            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
 
     @property
     def buckets(self) -> tuple[int, ...]:
@@ -46,7 +40,8 @@ class BatchingConfig:
         return self.buckets[bisect.bisect_left(self.buckets, n_tokens)]
 
     def rows_for(self, bucket: int) -> int:
-        return self.round_rows(self.batch_size * self.max_seq_len // bucket)
+        """Rows of a batch in `bucket`: the same token budget whatever the bucket."""
+        return self.row_multiple * max(1, self.batch_size * self.max_seq_len // bucket)
 
     def round_rows(self, rows: int) -> int:
         """Rows up to the next multiple of `row_multiple` (at least one multiple)."""
@@ -65,23 +60,41 @@ class Batch:
 
 
 def plan_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Iterator[Batch]:
-    """Sorts sequences by length and packs them into padded static-shape batches."""
+    """Sorts sequences by length and packs them into padded static-shape batches.
+
+    Each bucket first fills whole batches. What is left over of every bucket then
+    goes longest first into partial batches of the longest leftover's shape, so
+    short leftovers ride in spare rows instead of costing a batch of their own:
+    no more batches than one partial batch per bucket, and no new shapes.
+    """
     lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
     if lengths.size and lengths.max() > cfg.max_seq_len:
         raise ValueError(f"a sequence of {lengths.max()} tokens exceeds the window of {cfg.max_seq_len}")
     order = np.argsort(lengths, kind="stable")
     bucket_of = np.array([cfg.bucket_for(int(n)) for n in lengths[order]], dtype=np.int64)
+
+    def pack(rows: np.ndarray, bucket: int, n_rows: int) -> Batch:
+        ids = np.zeros((n_rows, bucket), dtype=np.int32)
+        lens = np.ones(n_rows, dtype=np.int32)
+        for r, i in enumerate(rows):
+            ids[r, : lengths[i]] = token_ids[i]
+            lens[r] = lengths[i]
+        return Batch(ids_BT=ids, lengths_B=lens, rows=rows)
+
+    leftovers = []  # ascending by length, like `order`
     for bucket in cfg.buckets:
         in_bucket = order[bucket_of == bucket]
         full_rows = cfg.rows_for(bucket)
-        for lo in range(0, len(in_bucket), full_rows):
-            rows = in_bucket[lo : lo + full_rows]
-            n_rows = full_rows
-            if cfg.shrink_tail and len(rows) < full_rows:
-                n_rows = min(full_rows, cfg.round_rows(1 << (len(rows) - 1).bit_length()))
-            ids = np.zeros((n_rows, bucket), dtype=np.int32)
-            lens = np.ones(n_rows, dtype=np.int32)
-            for r, i in enumerate(rows):
-                ids[r, : lengths[i]] = token_ids[i]
-                lens[r] = lengths[i]
-            yield Batch(ids_BT=ids, lengths_B=lens, rows=rows)
+        n_whole = len(in_bucket) // full_rows * full_rows
+        for lo in range(0, n_whole, full_rows):
+            yield pack(in_bucket[lo : lo + full_rows], bucket, full_rows)
+        leftovers.extend(in_bucket[n_whole:])
+    while leftovers:
+        bucket = cfg.bucket_for(int(lengths[leftovers[-1]]))
+        full_rows = cfg.rows_for(bucket)
+        rows = np.array(leftovers[-full_rows:])
+        del leftovers[-full_rows:]
+        n_rows = full_rows
+        if cfg.shrink_tail:
+            n_rows = min(full_rows, cfg.round_rows(1 << (len(rows) - 1).bit_length()))
+        yield pack(rows, bucket, n_rows)

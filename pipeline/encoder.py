@@ -25,6 +25,10 @@ from pipeline.errors import ConfigError
 from pipeline.model import ModelSpec, load_params
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Per device at full length. On CPU, small batches keep a layer's activations
+# in cache (batch 8 measured ~20% faster than 32 per token on 2 cores);
+# accelerators want enough rows to fill their matrix units.
+DEFAULT_BATCH_SIZE = {"cpu": 8, "gpu": 64, "tpu": 64}
 
 MeshShape = tuple[tuple[str, int], ...]
 
@@ -33,7 +37,9 @@ MeshShape = tuple[tuple[str, int], ...]
 class EncoderConfig:
     dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
     attention: str = "auto"  # an implementation name from kernels.attention
-    batch_size: int = 32  # rows per batch at the longest bucket, over all data shards together
+    # Rows per device (data shard) in a batch at full length; shorter buckets hold
+    # proportionally more. None: the platform's default (DEFAULT_BATCH_SIZE).
+    batch_size: int | None = None
     # Mesh axis sizes, e.g. (("data", 4), ("model", 2)); see `parse_mesh`. An
     # axis left out: model 1, data every local device that model leaves.
     mesh: MeshShape = ()
@@ -43,6 +49,8 @@ class EncoderConfig:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         _check_mesh(self.mesh)
 
 
@@ -132,7 +140,7 @@ class Encoder:
         self._batch_shardings = sharding.named_shardings((ids_axes, lengths_axes), rules, self.mesh)
         self.batching = BatchingConfig(
             max_seq_len=spec.max_seq_length,
-            batch_size=cfg.batch_size,
+            batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE.get(devices[0].platform, 8),
             shrink_tail=shrink_tail,
             row_multiple=sharding.axis_size(self.mesh, rules, "batch"),
         )

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from pipeline.batching import BatchingConfig, plan_batches
+from pipeline.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 
 
@@ -38,5 +39,21 @@ def test_shrink_tail_pads_rows_to_a_power_of_two():
 def test_too_long_and_bad_sizes_are_refused():
     with pytest.raises(ValueError):
         list(plan_batches([[1] * 300], BatchingConfig(max_seq_len=256, batch_size=1)))
-    with pytest.raises(ConfigError):
-        BatchingConfig(max_seq_len=256, batch_size=0)
+    with pytest.raises(ConfigError, match="batch size"):
+        EncoderConfig(batch_size=0)
+
+
+def test_leftovers_of_short_buckets_ride_in_spare_rows():
+    cfg = BatchingConfig(max_seq_len=256, batch_size=4)
+    seqs = [[7] * 200] * 5 + [[7] * 20] * 3
+    batches = list(plan_batches(seqs, cfg))
+    assert [b.ids_BT.shape for b in batches] == [(4, 256), (4, 256)]
+    assert sorted(i for b in batches for i in b.rows) == list(range(8))
+    assert sum(b.real_tokens for b in batches) == 5 * 200 + 3 * 20
+
+
+def test_rows_split_evenly_over_the_data_axis():
+    cfg = BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8)
+    assert cfg.rows_for(256) == 32 and cfg.rows_for(32) == 256
+    (batch,) = plan_batches([[1, 2]] * 3, BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8, shrink_tail=True))
+    assert batch.ids_BT.shape == (8, 32)
