@@ -1,0 +1,120 @@
+"""Every notebook in notebooks/ runs, top to bottom, against a fresh output, so none can rot.
+
+The output is made here by the job itself (a local Ray, a few sample documents,
+one of them a locked PDF so that the error table has a row). Each notebook runs
+in a kernel of this venv's Python, with `DOCEMBED_OUTPUT` pointing at that
+output. Notebooks are committed without outputs, which is checked too.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import sys
+
+import nbformat
+import pytest
+import ray
+from nbclient import NotebookClient
+
+from conftest import REPO, SAMPLES
+from pipeline import JobConfig, run_job
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+# What notebooks may import from the project: its public API.
+PUBLIC_MODULES = {"pipeline", "pipeline.results"}
+
+
+@pytest.fixture(scope="module")
+def fresh_output(tmp_path_factory):
+    corpus = tmp_path_factory.mktemp("corpus")
+    shutil.copytree(SAMPLES / "text", corpus / "text")
+    for pdf in ("pdflatex-4-pages.pdf", "libreoffice-writer-password.pdf"):
+        shutil.copy(SAMPLES / "pdf" / pdf, corpus / pdf)
+    out = tmp_path_factory.mktemp("out") / "run"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        report = run_job(JobConfig(inputs=(str(corpus),), output=str(out)))
+    finally:
+        ray.shutdown()
+    assert (report.docs_ok, report.docs_failed) == (6, 1)
+    return out
+
+
+@pytest.fixture
+def kernel_env(tmp_path, monkeypatch):
+    """A `python3` kernel that is this venv's Python, and Jupyter's and IPython's files kept in tmp_path."""
+    spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "docembed venv",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))  # searched before system kernels
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+
+
+def outputs_text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            parts.append(output.get("text", ""))
+            parts.extend(str(v) for k, v in output.get("data", {}).items() if k.startswith("text/"))
+    return "\n".join(parts)
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "notebooks/ holds no notebook"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_against_a_fresh_output(path, fresh_output, kernel_env, monkeypatch):
+    monkeypatch.setenv("DOCEMBED_OUTPUT", str(fresh_output))
+    nb = nbformat.read(path, as_version=4)
+    # Run where Jupyter would: in notebooks/. Any cell that raises fails the test with its traceback.
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [o for cell in nb.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+    if path.name == "explore_embeddings.ipynb":
+        text = outputs_text(nb)
+        assert str(fresh_output) in text, "the notebook opened another output than DOCEMBED_OUTPUT"
+        assert "EncryptedPDF" in text and "libreoffice-writer-password.pdf" in text, "the error table is missing"
+        assert "pdflatex-4-pages.pdf" in text
+        # The default query is about photosynthesis, and so is one sample: it must come first.
+        hits = text[text.index("top 5 chunks for") :]
+        names = [p.name for p in (SAMPLES / "text").iterdir()] + ["pdflatex-4-pages.pdf"]
+        assert min((hits.find(n), n) for n in names if n in hits)[1] == "photosynthesis.md", hits[:2000]
+        images = [o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        assert len(images) == 1, "the 2-D projection plot was not drawn"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"cell {cell.id} was saved with its outputs"
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_uses_only_the_public_api(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            modules = []
+            if isinstance(node, ast.ImportFrom):
+                modules = [node.module]
+            elif isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            for module in modules:
+                if module.split(".")[0] in ("pipeline", "kernels"):
+                    assert module in PUBLIC_MODULES, f"cell {cell.id} imports {module}, not the public API"
