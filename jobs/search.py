@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         report = read_report(a.output)
         table = read_table(a.output)
         embedder = Embedder.load(report["config"]["model"])
-        if embedder.encoder.spec.fingerprint != report["model"]["fingerprint"]:
+        if embedder.fingerprint != report["model"]["fingerprint"]:
             raise UserError(f"{a.output} was embedded with another model ({report['model']['id']}) than the one loaded")
     except UserError as e:
         print(f"docembed: error: {e}", file=sys.stderr)

@@ -31,6 +31,11 @@ class Embedder:
     def dim(self) -> int:
         return self.encoder.spec.dim
 
+    @property
+    def fingerprint(self) -> str:
+        """The model fingerprint a job records in `_SUCCESS`: equal fingerprints, comparable vectors."""
+        return self.encoder.spec.fingerprint
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """list of n strings -> float32 array [n, dim]."""
         if isinstance(texts, str):
