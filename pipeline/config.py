@@ -36,10 +36,18 @@ class JobConfig:
     resources: Resources = Resources()
     accelerator: str = "auto"  # "auto", "tpu", "gpu" or "cpu": see pipeline.accelerators
     compile_cache: str | None = str(DEFAULT_COMPILE_CACHE)  # None: compile afresh in every actor
+    profile: str | None = None  # directory for JAX profiler traces of the encoder actors
     overwrite: bool = False
+    group_size: int = 64  # single-document files committed together (a shard is a group of its own)
+    id_field: str = "id"  # a jsonl/parquet shard row's document id
+    text_field: str = "text"  # a jsonl/parquet shard row's text
 
     def __post_init__(self):
         if not self.inputs:
             raise ConfigError("at least one --input is required")
         if not self.output:
             raise ConfigError("--output is required")
+        if self.group_size < 1:
+            raise ConfigError(f"--group-size must be at least 1, got {self.group_size}")
+        if not self.id_field or not self.text_field:
+            raise ConfigError("--id-field and --text-field must not be empty")

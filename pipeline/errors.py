@@ -22,3 +22,11 @@ class InputError(UserError):
 
 class OutputError(UserError):
     """The output location cannot be written."""
+
+
+class StorageError(UserError):
+    """Storage refused or kept failing after retries (down, throttling, wrong credentials).
+
+    Infrastructure, not a document's fault: the job stops with one line and writes
+    no `_SUCCESS`; groups it had finished stay done, so a rerun resumes.
+    """

@@ -11,22 +11,23 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 
-import pyarrow as pa
 import ray
 
 from kernels.attention import IMPLS as attention_impls
 from pipeline import model as model_dir
-from pipeline import sink
+from pipeline import resume, sink
 from pipeline.accelerators import plan_encoders
-from pipeline.batching import BatchingConfig
 from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
-from pipeline.report import RunReport
-from pipeline.errors import ConfigError, InputError
-from pipeline.sources import list_inputs
-from pipeline.stages import ChunkBlock, EncodeBlock, embedded_schema, extract_block
+from pipeline.report import ProgressLine, RunReport
+from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.shards import ShardFields
+from pipeline.sources import list_inputs, plan_groups, work_blocks
+from pipeline.storage import redact
+from pipeline.stages import ChunkBlock, EncodeBlock, extract_block
 from pipeline.tokenizer import Tokenizer
 
 log = logging.getLogger("docembed")
@@ -69,12 +70,14 @@ def run(cfg: JobConfig) -> RunReport | None:
     tokenizer = Tokenizer(spec.path / "tokenizer.json")
     chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap)
     chunking.validate(tokenizer.n_special, spec.max_seq_length)
-    BatchingConfig(max_seq_len=spec.max_seq_length, batch_size=cfg.encoder.batch_size)  # validates before actors start
     if cfg.encoder.attention not in ("auto", *attention_impls):
         raise ConfigError(f"unknown attention implementation {cfg.encoder.attention!r}; known: auto, {', '.join(attention_impls)}")
     inputs, skipped = list_inputs(list(cfg.inputs))
     if not inputs:
-        raise InputError(f"no documents (.pdf, .txt, .md) under {', '.join(cfg.inputs)} ({skipped} other files skipped)")
+        raise InputError(
+            f"no documents (.pdf, .txt, .md, .jsonl, .jsonl.gz, .parquet) under {redact(', '.join(cfg.inputs))} "
+            f"({skipped} other files skipped)"
+        )
     sink.check_writable(cfg.output)
 
     _init_ray()
@@ -83,21 +86,55 @@ def run(cfg: JobConfig) -> RunReport | None:
     )
     log.info("docembed: %s", placement.describe())
     # Only now, with every argument checked, is anything written.
-    if not sink.prepare_output(cfg.output, cfg.overwrite):
+    manifest = resume.fingerprint(spec, chunking, cfg.encoder)
+    fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
+    salt = f"{resume.FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
+    groups = plan_groups(inputs, cfg.group_size, salt)
+    state = resume.open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest, group_ids={g.id for g in groups})
+    if state is None:
         return None
+    if state.done:
+        log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
+    ledger = resume.Ledger(cfg.output, groups, state)
+    report = RunReport.start(cfg, spec, chunking, inputs=len(inputs), skipped=skipped)
+    report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
+    todo = [g for g in groups if g.id not in state.done]
     stats = RunStats.remote()
+    if todo:
+        _run_groups(cfg, spec, chunking, placement, todo, fields, manifest, stats, report, ledger)
+    report.finish(time.time() - started, ray.get(stats.snapshot.remote()))
+    ledger.finish()
+    if report.docs_ok + report.docs_failed != ledger.documents:
+        raise RuntimeError(
+            f"{ledger.documents} documents but {report.docs_ok} embedded and {report.docs_failed} failed: "
+            "refusing to mark the output done"
+        )
+    success = report.to_json()
+    success["output"] = {
+        "fingerprint": manifest["fingerprint"],
+        "documents": ledger.documents,
+        "groups": len(groups),
+        "groups_resumed": len(state.done),
+    }
+    sink.write_success(cfg.output, success)
+    return report
+
+
+def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats, report, ledger) -> None:
+    """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
     res = cfg.resources
-    schema = embedded_schema(spec.dim)
-    items = pa.table({"doc_id": [f.uri for f in inputs], "kind": [f.kind for f in inputs]})
     # Many small input blocks (not a repartition, which would need a CPU of its own
-    # while the actor pools hold theirs) so extraction spreads over workers.
-    blocks = [items.slice(i, EXTRACT_BATCH) for i in range(0, len(inputs), EXTRACT_BATCH)]
+    # while the actor pools hold theirs) so extraction spreads over workers; a
+    # block never mixes groups, and a shard is one block that streams out many.
+    metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     ds = (
-        ray.data.from_arrow(blocks)
-        .map_batches(extract_block, batch_size=EXTRACT_BATCH, batch_format="pyarrow", num_cpus=res.extract_cpus)
+        ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
+        .map_batches(
+            extract_block, fn_kwargs={"fields": fields}, batch_size=None, batch_format="pyarrow", num_cpus=res.extract_cpus
+        )
         .map_batches(
             ChunkBlock,
-            fn_constructor_args=(str(spec.path / "tokenizer.json"), chunking),
+            fn_constructor_args=(cfg.model, chunking),
             batch_size=CHUNK_BATCH,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.tokenize_actors),
@@ -105,7 +142,7 @@ def run(cfg: JobConfig) -> RunReport | None:
         )
         .map_batches(
             EncodeBlock,
-            fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats),
+            fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats, cfg.profile),
             batch_size=ENCODE_BATCH,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=placement.actors),
@@ -113,20 +150,46 @@ def run(cfg: JobConfig) -> RunReport | None:
         )
         .map_batches(
             sink.write_block,
-            fn_args=(cfg.output, [n for n in schema.names if not n.startswith("error_")]),
+            fn_args=(cfg.output, metadata),
             batch_size=None,
             batch_format="pyarrow",
             num_cpus=res.extract_cpus,
         )
     )
-    report = RunReport.start(cfg, spec, chunking, inputs=len(inputs), skipped=skipped)
-    for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        report.add_summaries(summary.to_pylist())
-    report.finish(time.time() - started, ray.get(stats.snapshot.remote()))
-    if report.docs_ok + report.docs_failed != len(inputs):
-        raise RuntimeError(
-            f"{len(inputs)} inputs but {report.docs_ok} embedded and {report.docs_failed} failed: "
-            "refusing to mark the output done"
-        )
-    sink.write_success(cfg.output, report.to_json())
-    return report
+    try:
+        progress = ProgressLine()
+        for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            rows = summary.to_pylist()
+            report.add_summaries(rows)
+            for row in rows:
+                ledger.add(row)
+            progress.update(report, 1 - len(ledger.todo) / len(ledger.members))
+    except Exception as e:
+        cause = _storage_failure(e)
+        if cause is None:
+            raise
+        raise StorageError(f"{cause} (groups finished so far are kept: rerun the same command to resume)") from None
+
+
+def _storage_failure(e: BaseException) -> str | None:
+    """The message of the StorageError behind a failure of the Ray Data job, however Ray wrapped it.
+
+    A worker's exception reaches the driver as a RayTaskError around Ray Data's
+    UserCodeException, whose cause did not survive pickling: only its text did.
+    """
+    seen, todo = set(), [e]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, StorageError) and not isinstance(e, ray.exceptions.RayError):
+            return str(e)
+        found = _REMOTE_STORAGE_ERROR.search(str(e))
+        if found:
+            return found.group(1).strip()
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    return None
+
+
+_REMOTE_STORAGE_ERROR = re.compile(r"pipeline\.errors\.StorageError: ([^\n]+)")

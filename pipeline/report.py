@@ -103,3 +103,33 @@ class RunReport:
         if self.error_types:
             lines.append("  errors: " + ", ".join(f"{k} x{v}" for k, v in self.error_types.most_common()))
         return "\n".join(lines)
+
+
+class ProgressLine:
+    """A line for a person watching `ray job logs`, at most every `every_s` seconds.
+
+    Ray Data's own progress shows each operator; this line says what the job as
+    a whole has done: documents and tokens per second, errors so far, and an ETA
+    from the fraction of the work that is finished.
+    """
+
+    def __init__(self, every_s: float = 10.0, clock=time.monotonic, emit=print):
+        self.every_s, self.clock, self.emit = every_s, clock, emit
+        self.started = self.last = clock()
+
+    def update(self, report: RunReport, done_fraction: float, *, force: bool = False) -> None:
+        now = self.clock()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        elapsed = max(now - self.started, 1e-9)
+        docs = report.docs_ok + report.docs_failed
+        eta = "unknown"
+        if 0 < done_fraction < 1:
+            eta = f"{elapsed * (1 - done_fraction) / done_fraction:.0f}s"
+        elif done_fraction >= 1:
+            eta = "0s"
+        self.emit(
+            f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), {report.tokens} tokens; "
+            f"{docs / elapsed:.1f} docs/s, {report.tokens / elapsed:,.0f} tokens/s; ETA {eta}",
+        )

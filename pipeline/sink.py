@@ -1,13 +1,17 @@
 """The job's output: Parquet parts under `embeddings/` and `errors/`, then `_SUCCESS`.
 
-Each part is written under `_staging/`, read back to check it, and only then
-moved to its final name, so a reader never sees a partial file; `_SUCCESS` is
-written last, the same way.
+Each part holds the rows of one commit group (see `pipeline.resume`) that one
+writer call received. It is made and read back in memory, written under
+`_staging/`, checked there by its size, and only then moved to its final name,
+so a reader never sees a partial file. Its name is the group's id and a digest
+of its rows' keys, so a retried write lands on the same name. `_SUCCESS` is
+written last, whole or not at all.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 import uuid
 
@@ -16,13 +20,19 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipeline.errors import OutputError
-from pipeline.sources import filesystem_for
+from pipeline import storage
+from pipeline.errors import OutputError, StorageError
+from pipeline.storage import filesystem_for, redact
 
 EMBEDDINGS_DIR = "embeddings"
 ERRORS_DIR = "errors"
 STAGING_DIR = "_staging"
 SUCCESS_FILE = "_SUCCESS"
+
+# What a chunk row keeps in embeddings/: the stages' tracking columns stay behind.
+EMBEDDING_COLUMNS = [
+    "doc_id", "chunk_index", "text", "page_start", "page_end", "char_start", "char_end", "n_tokens", "embedding"
+]
 
 ERRORS_SCHEMA = pa.schema(
     [
@@ -35,6 +45,12 @@ ERRORS_SCHEMA = pa.schema(
 
 SUMMARY_SCHEMA = pa.schema(
     [
+        pa.field("group", pa.string()),
+        pa.field("group_docs", pa.int64()),  # documents in the group, when a row said so
+        pa.field("docs_started", pa.int64()),  # documents whose first row (chunk 0 or error) is here
+        pa.field("rows", pa.int64()),
+        pa.field("expected_rows", pa.int64()),  # rows the documents started here have in all
+        pa.field("parts", pa.list_(pa.string())),  # paths under the output, e.g. "embeddings/part-....parquet"
         pa.field("docs_ok", pa.int64()),
         pa.field("docs_failed", pa.int64()),
         pa.field("chunks", pa.int64()),
@@ -46,85 +62,115 @@ SUMMARY_SCHEMA = pa.schema(
 
 def check_writable(output: str) -> None:
     """Raises OutputError unless `output` can be written; leaves no trace behind."""
+    storage.check_location(output)
     fs, root = filesystem_for(output)
-    probe = f"{root}/.docembed-write-probe"
+    probe = f"{root}/.docembed-write-probe-{uuid.uuid4().hex[:8]}"
     try:
-        existed = _exists(fs, root)
+        if storage.is_object_store(fs):
+            bucket = root.split("/", 1)[0]
+            if storage.file_info(fs, bucket).type == pafs.FileType.NotFound:
+                raise OutputError(f"output {redact(output)} is not writable: there is no bucket {bucket}")
+            storage.retrying(f"cannot write {probe}", lambda: _write_probe(fs, probe))
+            storage.delete_file(fs, probe)
+            return
+        existed = storage.exists(fs, root)
         fs.create_dir(root, recursive=True)
-        with fs.open_output_stream(probe) as f:
-            f.write(b"ok")
+        _write_probe(fs, probe)
         fs.delete_file(probe)
         if not existed:
             fs.delete_dir(root)
-    except (OSError, ValueError) as e:
-        raise OutputError(f"output {output} is not writable: {e}") from None
+    except (OSError, ValueError, StorageError) as e:
+        raise OutputError(f"output {redact(output)} is not writable: {storage.describe(e)}") from None
 
 
-def prepare_output(output: str, overwrite: bool) -> bool:
-    """Makes `output` ready for a run. Returns False when it already holds a finished run.
+def _write_probe(fs: pafs.FileSystem, path: str) -> None:
+    with fs.open_output_stream(path) as f:
+        f.write(b"ok")
 
-    Without `overwrite`, an output with `_SUCCESS` is left alone; leftovers of an
-    unfinished run are cleared, since runs are not resumable yet.
-    """
+
+def _commit(fs: pafs.FileSystem, root: str, subdir: str, name: str, table: pa.Table) -> str:
+    """Stages, checks and moves one part into place; returns its path under the output."""
+    final = f"{root}/{subdir}/{name}"
+
+    # The file is made and checked in memory, so what goes to storage is known whole;
+    # the staged copy is then checked by its size before it is moved into place.
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer)
+    data = buffer.getvalue()
+    if pq.read_metadata(pa.BufferReader(data)).num_rows != table.num_rows:
+        raise RuntimeError(f"{final}: the Parquet file does not hold the {table.num_rows} rows written")
+
+    def stage_check_move():
+        staged = f"{root}/{STAGING_DIR}/{uuid.uuid4().hex}-{subdir}-{name}"
+        try:
+            with fs.open_output_stream(staged) as f:
+                f.write(data)
+            size = fs.get_file_info(staged).size
+            if size != data.size:
+                raise OSError(f"{staged}: wrote {data.size} bytes but storage holds {size}")
+            fs.move(staged, final)
+        except BaseException:
+            try:
+                fs.delete_file(staged)
+            except (OSError, ValueError):
+                pass  # swept with _staging/ on the next run
+            raise
+
+    storage.retrying(f"cannot write {final}", stage_check_move)
+    return f"{subdir}/{name}"
+
+
+def part_name(group: str, table: pa.Table) -> str:
+    """`part-<group>-<digest of the rows' (doc_id, chunk_index)>.parquet`: the same rows, the same name."""
+    keys = table.column("doc_id").to_pylist()
+    if "chunk_index" in table.column_names:
+        keys = [f"{d}\0{c}" for d, c in zip(keys, table.column("chunk_index").to_pylist())]
+    digest = hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]
+    return f"part-{group}-{digest}.parquet"
+
+
+def write_block(batch: pa.Table, output: str, metadata: dict[str, str] | None = None) -> pa.Table:
+    """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary row per group in `batch`."""
     fs, root = filesystem_for(output)
-    try:
-        success = f"{root}/{SUCCESS_FILE}"
-        if _exists(fs, success):
-            if not overwrite:
-                return False
-            fs.delete_file(success)
-        fs.create_dir(root, recursive=True)
-        for name in (EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR):
-            path = f"{root}/{name}"
-            if _exists(fs, path):
-                fs.delete_dir(path)
-            fs.create_dir(path, recursive=True)
-    except (OSError, ValueError) as e:
-        raise OutputError(f"output {output} is not writable: {e}") from None
-    return True
+    summaries = []
+    for group in pc.unique(batch.column("group")).to_pylist():
+        rows = batch.filter(pc.equal(batch.column("group"), group))
+        summaries.append(_write_group(fs, root, group, rows, metadata or {}))
+    return pa.Table.from_pylist(summaries, schema=SUMMARY_SCHEMA)
 
 
-def _exists(fs: pafs.FileSystem, path: str) -> bool:
-    return fs.get_file_info(path).type != pafs.FileType.NotFound
-
-
-def _commit(fs: pafs.FileSystem, root: str, subdir: str, name: str, table: pa.Table) -> None:
-    staged = f"{root}/{STAGING_DIR}/{subdir}-{name}"
-    pq.write_table(table, staged, filesystem=fs)
-    written = pq.read_metadata(staged, filesystem=fs).num_rows
-    if written != table.num_rows:
-        raise OSError(f"{staged}: wrote {table.num_rows} rows but read back {written}")
-    fs.move(staged, f"{root}/{subdir}/{name}")
-
-
-def write_block(batch: pa.Table, output: str, embedding_columns: list[str]) -> pa.Table:
-    """Embedded chunk rows (and error rows) -> committed Parquet parts; returns one summary row."""
-    fs, root = filesystem_for(output)
-    failed = pc.is_valid(batch.column("error_type"))
-    chunks = batch.filter(pc.invert(failed)).select(embedding_columns)
-    errors = batch.filter(failed)
-    errors = pa.table(
-        [errors.column(c) for c in ("doc_id", "error_stage", "error_type", "error_message")], schema=ERRORS_SCHEMA
-    )
-    name = f"part-{uuid.uuid4().hex}.parquet"
+def _write_group(fs: pafs.FileSystem, root: str, group: str, rows: pa.Table, metadata: dict[str, str]) -> dict:
+    failed = pc.is_valid(rows.column("error_type"))
+    chunks = rows.filter(pc.invert(failed))
+    errors = rows.filter(failed)
+    parts = []
     if chunks.num_rows:
-        _commit(fs, root, EMBEDDINGS_DIR, name, chunks)
+        table = chunks.select(EMBEDDING_COLUMNS)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        parts.append(_commit(fs, root, EMBEDDINGS_DIR, part_name(group, table), table))
     if errors.num_rows:
-        _commit(fs, root, ERRORS_DIR, name, errors)
-    error_types = collections.Counter(errors.column("error_type").to_pylist())
-    summary = {
-        "docs_ok": pc.sum(pc.equal(chunks.column("chunk_index"), 0)).as_py() or 0,
+        table = pa.table(
+            [errors.column(c) for c in ("doc_id", "error_stage", "error_type", "error_message")], schema=ERRORS_SCHEMA
+        ).replace_schema_metadata(metadata)
+        parts.append(_commit(fs, root, ERRORS_DIR, part_name(group, table), table))
+    firsts = chunks.filter(pc.equal(chunks.column("chunk_index"), 0))
+    group_docs = pc.max(rows.column("group_docs")).as_py()
+    return {
+        "group": group,
+        "group_docs": group_docs,
+        "docs_started": firsts.num_rows + errors.num_rows,
+        "rows": rows.num_rows,
+        "expected_rows": (pc.sum(firsts.column("doc_chunks")).as_py() or 0) + errors.num_rows,
+        "parts": parts,
+        "docs_ok": firsts.num_rows,
         "docs_failed": errors.num_rows,
         "chunks": chunks.num_rows,
         "tokens": pc.sum(chunks.column("n_tokens")).as_py() or 0,
-        "error_types": json.dumps(error_types),
+        "error_types": json.dumps(collections.Counter(errors.column("error_type").to_pylist())),
     }
-    return pa.Table.from_pylist([summary], schema=SUMMARY_SCHEMA)
 
 
 def write_success(output: str, report: dict) -> None:
     fs, root = filesystem_for(output)
-    staged = f"{root}/{STAGING_DIR}/{SUCCESS_FILE}"
-    with fs.open_output_stream(staged) as f:
-        f.write(json.dumps(report, indent=2, sort_keys=True).encode())
-    fs.move(staged, f"{root}/{SUCCESS_FILE}")
+    data = json.dumps(report, indent=2, sort_keys=True).encode()
+    storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, f"{root}/{STAGING_DIR}")

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Iterator
 
+import jax
 import pyarrow as pa
 
 from pipeline import model as model_dir
@@ -18,7 +20,8 @@ from pipeline.accelerators import enable_compilation_cache
 from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
-from pipeline.sources import read_bytes
+from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
+from pipeline.storage import read_many
 from pipeline.tokenizer import Tokenizer
 
 _ERROR_FIELDS = [
@@ -27,11 +30,18 @@ _ERROR_FIELDS = [
     pa.field("error_message", pa.string()),
 ]
 
-INPUT_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())])
+# Which commit group a row belongs to (see pipeline.resume), carried to the writer.
+# group_docs: documents in the group, on every row of a file group and on the rows
+# of a shard's last document (its reader only knows the count at the end).
+_GROUP_FIELDS = [pa.field("group", pa.string()), pa.field("group_docs", pa.int32())]
+_GROUP_NAMES = [f.name for f in _GROUP_FIELDS]
+
+INPUT_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())] + _GROUP_FIELDS)
 
 DOC_SCHEMA = pa.schema(
     [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]
     + _ERROR_FIELDS
+    + _GROUP_FIELDS
 )
 
 _CHUNK_FIELDS = [
@@ -44,11 +54,18 @@ _CHUNK_FIELDS = [
     pa.field("char_end", pa.int64()),
     pa.field("n_tokens", pa.int32()),
 ]
-CHUNK_SCHEMA = pa.schema(_CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + _ERROR_FIELDS)
+# doc_chunks: how many chunks the row's document has (null on error rows), so the
+# writer can tell when all of a group's rows have been written.
+_TRACKING_FIELDS = _GROUP_FIELDS + [pa.field("doc_chunks", pa.int32())]
+CHUNK_SCHEMA = pa.schema(
+    _CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + _ERROR_FIELDS + _TRACKING_FIELDS
+)
 
 
 def embedded_schema(dim: int) -> pa.Schema:
-    return pa.schema(_CHUNK_FIELDS + [pa.field("embedding", pa.list_(pa.float32(), dim))] + _ERROR_FIELDS)
+    return pa.schema(
+        _CHUNK_FIELDS + [pa.field("embedding", pa.list_(pa.float32(), dim))] + _ERROR_FIELDS + _TRACKING_FIELDS
+    )
 
 
 def _error(row: dict, stage: str, error_type: str, message: str) -> dict:
@@ -59,15 +76,27 @@ def _is_error(row: dict) -> bool:
     return row.get("error_type") is not None
 
 
-def extract_block(batch: pa.Table) -> pa.Table:
-    """Input rows (doc_id, kind) -> document rows with the text of each page."""
+SHARD_BLOCK = 64  # documents per block handed on from a shard
+
+
+def extract_block(batch: pa.Table, fields: ShardFields = ShardFields()) -> Iterator[pa.Table]:
+    """Input rows (doc_id, kind, group) -> document rows with the text of each page.
+
+    A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
+    """
     rows = []
-    for row in batch.to_pylist():
-        doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None}
-        try:
-            data = read_bytes(row["doc_id"])
-        except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
-            rows.append(_error(doc, "read", type(e).__name__, str(e)))
+    items = batch.to_pylist()
+    # The block's files are fetched side by side: object storage is latency-bound.
+    contents = iter(read_many([r["doc_id"] for r in items if r["kind"] not in SHARD_KINDS]))
+    for row in items:
+        group = {name: row[name] for name in _GROUP_NAMES}
+        if row["kind"] in SHARD_KINDS:
+            yield from _shard_blocks(row["doc_id"], row["kind"], group["group"], fields)
+            continue
+        doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None, **group}
+        data = next(contents)
+        if isinstance(data, Exception):
+            rows.append(_error(doc, "read", type(data).__name__, str(data)))
             continue
         try:
             rows.append({**doc, "pages": extract_pages(data, row["kind"])})
@@ -75,27 +104,49 @@ def extract_block(batch: pa.Table) -> pa.Table:
             rows.append(_error(doc, "extract", e.error_type, str(e)))
         except Exception as e:  # one document's failure must never take its batch mates down
             rows.append(_error(doc, "extract", type(e).__name__, str(e)))
-    return pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+    if rows:
+        yield pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+
+
+def _shard_blocks(uri: str, kind: str, group: str, fields: ShardFields) -> Iterator[pa.Table]:
+    """One shard's document rows in blocks; the last row carries the shard's document count."""
+    block, count, previous = [], 0, None
+    for doc in iter_shard(uri, kind, fields):
+        if previous is not None:
+            block.append(previous)
+            if len(block) == SHARD_BLOCK:
+                yield pa.Table.from_pylist(block, schema=DOC_SCHEMA)
+                block = []
+        count += 1
+        previous = {"kind": "text", "pages": None, **doc, "group": group, "group_docs": None}
+    previous["group_docs"] = count  # iter_shard yields at least one row, an error row for an empty shard
+    block.append(previous)
+    yield pa.Table.from_pylist(block, schema=DOC_SCHEMA)
 
 
 class ChunkBlock:
     """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once."""
 
-    def __init__(self, tokenizer_path: str, chunking: ChunkingConfig):
-        self.tokenizer = Tokenizer(tokenizer_path)
+    def __init__(self, model: str | None, chunking: ChunkingConfig):
+        # The model as the user named it, resolved on this node: a URI is fetched into its cache.
+        self.tokenizer = Tokenizer(model_dir.local_dir(model) / "tokenizer.json")
         self.chunking = chunking
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
         for doc in batch.to_pylist():
-            base = {"doc_id": doc["doc_id"], "chunk_index": None, "token_ids": []}
+            group = {name: doc[name] for name in _GROUP_NAMES}
+            base = {"doc_id": doc["doc_id"], "chunk_index": None, "token_ids": [], **group}
             if _is_error(doc):
                 rows.append({**base, **{f.name: doc[f.name] for f in _ERROR_FIELDS}})
                 continue
             try:
-                rows.extend(self._chunks(doc))
+                chunks = self._chunks(doc)
             except Exception as e:  # one document's failure must never take its batch mates down
                 rows.append(_error(base, "chunk", type(e).__name__, str(e)))
+                continue
+            n = None if _is_error(chunks[0]) else len(chunks)
+            rows.extend({**chunk, **group, "doc_chunks": n} for chunk in chunks)
         return pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
 
     def _chunks(self, doc: dict) -> list[dict]:
@@ -125,15 +176,29 @@ class ChunkBlock:
 class EncodeBlock:
     """Chunk rows -> the same rows with an `embedding`, token ids dropped. Owns this process's devices."""
 
-    def __init__(self, model: str | None, encoder: EncoderConfig, compile_cache: str | None = None, stats=None):
+    # Batches traced with --profile: the first compiles, the rest show steady state.
+    PROFILED_CALLS = 3
+
+    def __init__(
+        self, model: str | None, encoder: EncoderConfig, compile_cache: str | None = None, stats=None, profile=None
+    ):
         enable_compilation_cache(compile_cache)
         self.encoder = Encoder(model_dir.resolve(model), encoder)
         self.schema = embedded_schema(self.encoder.spec.dim)
         self.stats = stats  # a RunStats actor handle, or None
         self.totals = EncodeStats()
         self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.profile_dir = None if profile is None else os.path.join(profile, self.name.replace(":", "-"))
+        self.calls = 0
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        self.calls += 1
+        if self.profile_dir is None or self.calls > self.PROFILED_CALLS:
+            return self._encode(batch)
+        with jax.profiler.trace(self.profile_dir):
+            return self._encode(batch)
+
+    def _encode(self, batch: pa.Table) -> pa.Table:
         ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
         ok_idx = ok.nonzero()[0]
         token_ids = batch.column("token_ids").take(ok_idx).to_pylist()

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SAMPLES = REPO / "samples"
-CORPUS = REPO.parent / "shared" / "corpus" / "py-pdf-sample-files"
+from support import CORPUS, SAMPLES, encrypt
 
 
 @pytest.fixture(scope="session")
@@ -23,16 +20,6 @@ def corpus() -> Path:
 def real_pdf() -> bytes:
     """A real four-page pdfTeX document, bundled with the samples."""
     return (SAMPLES / "pdf" / "pdflatex-4-pages.pdf").read_bytes()
-
-
-def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:
-    from pypdf import PdfReader, PdfWriter
-
-    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
-    writer.encrypt(user_password=user_password, owner_password=owner_password, algorithm="AES-128")
-    out = io.BytesIO()
-    writer.write(out)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="session")

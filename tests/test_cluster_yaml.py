@@ -14,7 +14,7 @@ import re
 import pytest
 import yaml
 
-from conftest import REPO
+from support import REPO
 from pipeline.accelerators import plan_encoders
 from pipeline.model import DEFAULT_MODEL_PACKAGE
 

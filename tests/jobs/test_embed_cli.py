@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, SAMPLES
+from support import REPO, SAMPLES
 
 EMBED = [sys.executable, str(REPO / "jobs" / "embed.py")]
 

@@ -33,7 +33,7 @@ import psutil
 import pytest
 import yaml
 
-from conftest import REPO
+from support import REPO
 
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")

@@ -18,7 +18,7 @@ import pytest
 import ray
 from nbclient import NotebookClient
 
-from conftest import REPO, SAMPLES
+from support import REPO, SAMPLES
 from pipeline import JobConfig, run_job
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))

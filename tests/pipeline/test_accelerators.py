@@ -8,7 +8,7 @@ the mock, and the only one.
 import pytest
 import ray
 
-from conftest import SAMPLES
+from support import SAMPLES
 from pipeline import JobConfig, run_job
 from pipeline.accelerators import plan_encoders
 from pipeline.errors import ConfigError

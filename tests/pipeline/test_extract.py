@@ -1,6 +1,6 @@
 import pytest
 
-from conftest import encrypt
+from support import encrypt
 from pipeline.extract import DocumentError, extract_pages, kind_of
 
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from conftest import SAMPLES
+from support import SAMPLES
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 

@@ -18,7 +18,7 @@ import pyarrow.dataset as pads
 import pytest
 import ray
 
-from conftest import SAMPLES
+from support import SAMPLES
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.results import nearest, read_table
 

@@ -1,0 +1,140 @@
+"""The job's options: command-line flags on top of an optional YAML file (`--config job.yaml`).
+
+One table, `OPTIONS`, names every option once: its flag, its YAML key (the
+flag without dashes, `-` or `_` alike), its type and default. A YAML file may
+set any of them; flags given on the command line win. Unknown keys and values
+of the wrong type are refused with one line naming the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import yaml
+
+from pipeline.accelerators import ACCELERATORS, DEFAULT_COMPILE_CACHE
+from pipeline.config import JobConfig, Resources
+from pipeline.encoder import DTYPES, EncoderConfig, parse_mesh
+from pipeline.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    flag: str
+    type: type
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+    repeated: bool = False  # a list in YAML, a repeatable flag on the command line
+    required: bool = False
+
+    @property
+    def key(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+
+OPTIONS = (
+    Option("--input", str, "file, directory or shard: a local path, file://, s3:// or gs:// URI; repeatable",
+           metavar="URI", repeated=True, required=True),
+    Option("--output", str, "output directory (local path or URI)", metavar="URI", required=True),
+    Option("--model", str, "Hugging Face-format model directory or URI (default: bundled all-MiniLM-L6-v2)",
+           metavar="DIR"),
+    Option("--max-tokens", int, "tokens per chunk incl. special tokens (default: the model's max_seq_length)",
+           metavar="N"),
+    Option("--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N"),
+    Option("--batch-size", int, "sequences per device per batch at full length (default: 8 on CPU, 64 on GPU/TPU)",
+           metavar="N"),
+    Option("--mesh", str, "each encoder's device mesh; model splits heads and MLP (default: all local devices on data)",
+           metavar="data=N,model=M"),
+    Option("--dtype", str, "encoder compute dtype (default float32)", "float32", choices=tuple(sorted(DTYPES))),
+    Option("--attention", str, "attention implementation (default auto)", "auto", metavar="IMPL"),
+    Option("--accelerator", str, "where encoders run (default auto)", "auto", choices=ACCELERATORS),
+    Option("--encoders", int, "CPU encoder actors (default: one per node)", metavar="N"),
+    Option("--compile-cache", str, f"persistent JAX compilation cache; '' turns it off (default {DEFAULT_COMPILE_CACHE})",
+           str(DEFAULT_COMPILE_CACHE), metavar="DIR"),
+    Option("--profile", str, "write a JAX profiler trace of each encoder actor under DIR (on its node)",
+           metavar="DIR"),
+    Option("--overwrite", bool, "start afresh instead of keeping or resuming the output", False),
+    Option("--group-size", int, "files committed together (default 64)", 64, metavar="N"),
+    Option("--id-field", str, "document id field of jsonl/parquet shards (default id)", "id", metavar="NAME"),
+    Option("--text-field", str, "text field of jsonl/parquet shards (default text)", "text", metavar="NAME"),
+)
+_BY_KEY = {o.key: o for o in OPTIONS}
+
+
+def _parser(description: str) -> argparse.ArgumentParser:
+    # Defaults are applied after the YAML file, so the parser reports only what was typed.
+    p = argparse.ArgumentParser(prog="jobs/embed.py", description=description, argument_default=argparse.SUPPRESS)
+    p.add_argument("--config", metavar="YAML", help="read options from a YAML file; flags override it")
+    for o in OPTIONS:
+        if o.type is bool:
+            p.add_argument(o.flag, action="store_true", help=o.help)
+        else:
+            p.add_argument(o.flag, type=o.type, help=o.help, metavar=o.metavar, choices=o.choices or None,
+                           action="append" if o.repeated else "store")
+    return p
+
+
+def _check_value(o: Option, value: Any, where: str) -> Any:
+    items = value if o.repeated and isinstance(value, list) else [value]
+    for item in items:
+        ok = isinstance(item, o.type) and not (o.type is int and isinstance(item, bool))
+        if not ok and item is not None:
+            raise ConfigError(f"{where}: {o.key} must be {'a list of ' if o.repeated else ''}{o.type.__name__}, got {item!r}")
+        if o.choices and item not in o.choices:
+            raise ConfigError(f"{where}: {o.key} must be one of {', '.join(o.choices)}, got {item!r}")
+    return items if o.repeated else value
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Options from a YAML mapping, checked key by key."""
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f) or {}
+    except OSError as e:
+        raise ConfigError(f"cannot read --config {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--config {path} is not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"--config {path} must hold a mapping of option: value")
+    values = {}
+    for key, value in raw.items():
+        option = _BY_KEY.get(str(key).replace("-", "_"))
+        if option is None:
+            raise ConfigError(f"--config {path}: unknown key {key!r}; known: {', '.join(sorted(_BY_KEY))}")
+        values[option.key] = _check_value(option, value, f"--config {path}")
+    return values
+
+
+def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
+    """Command line (and its --config file) -> the validated JobConfig."""
+    typed = vars(_parser(description).parse_args(argv))
+    from_file = read_config_file(typed.pop("config")) if "config" in typed else {}
+    values = {o.key: o.default for o in OPTIONS} | from_file | typed
+    for o in OPTIONS:
+        if o.required and not values[o.key]:
+            raise ConfigError(f"{o.flag} is required (on the command line or in --config)")
+    return JobConfig(
+        inputs=tuple(values["input"]),
+        output=values["output"],
+        model=values["model"],
+        max_tokens=values["max_tokens"],
+        overlap=values["overlap"],
+        encoder=EncoderConfig(
+            dtype=values["dtype"],
+            attention=values["attention"],
+            batch_size=values["batch_size"],
+            mesh=parse_mesh(values["mesh"]) if values["mesh"] else (),
+        ),
+        resources=Resources(encode_actors=values["encoders"]),
+        accelerator=values["accelerator"],
+        compile_cache=values["compile_cache"] or None,
+        profile=values["profile"],
+        overwrite=values["overwrite"],
+        group_size=values["group_size"],
+        id_field=values["id_field"],
+        text_field=values["text_field"],
+    )

@@ -1,0 +1,17 @@
+from pipeline.report import ProgressLine, RunReport
+
+
+def test_progress_line_is_periodic_and_estimates_the_rest():
+    now = [100.0]
+    lines = []
+    progress = ProgressLine(every_s=10, clock=lambda: now[0], emit=lines.append)
+    report = RunReport("m", "f", {}, inputs=10, skipped=0)
+    report.add_summaries([{"docs_ok": 2, "docs_failed": 1, "chunks": 5, "tokens": 3000, "error_types": "{}"}])
+    now[0] = 105.0
+    progress.update(report, 0.25)
+    assert lines == []  # too soon
+    now[0] = 120.0
+    progress.update(report, 0.25)
+    assert lines == ["docembed: progress 25%: 3 docs (1 failed), 3000 tokens; 0.1 docs/s, 150 tokens/s; ETA 60s"]
+    progress.update(report, 1.0, force=True)
+    assert lines[-1].endswith("ETA 0s")

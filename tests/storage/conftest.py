@@ -1,0 +1,109 @@
+"""Fixtures for the storage tests: S3 and GCS servers on 127.0.0.1, a corpus, a Ray with their environment.
+
+The jobs take endpoints and credentials from the environment, and Ray workers
+inherit the environment of the Ray that starts them, so `storage_ray` sets the
+variables first, then starts a module-scoped local Ray, and restores both after.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import urllib.request
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from .helpers import NOTES, SAMPLES, note_text, shard_rows
+from .storage_servers import REGION, FaultProxy, s3_client, start_gcs, start_moto
+
+
+class Servers:
+    def __init__(self):
+        self.moto, self.creds = start_moto()
+        try:
+            self.gcs = start_gcs()
+        except BaseException:
+            self.moto.stop()
+            raise
+        self.s3_proxy = FaultProxy(self.moto.url, "s3")
+        self.s3 = s3_client(self.moto.url, self.creds)  # direct, never through the proxy
+
+    def env(self, model_cache: Path) -> dict:
+        return {
+            **self.creds,
+            "AWS_ENDPOINT_URL": self.s3_proxy.url,
+            "AWS_REGION": REGION,
+            "STORAGE_EMULATOR_HOST": self.gcs.url,
+            "DOCEMBED_MODEL_CACHE": str(model_cache),
+        }
+
+    def make_bucket(self, scheme: str, name: str) -> None:
+        if scheme == "s3":
+            self.s3.create_bucket(Bucket=name)
+            return
+        req = urllib.request.Request(
+            f"{self.gcs.url}/storage/v1/b?project=test",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        urllib.request.urlopen(req).read()
+
+    def stop(self) -> None:
+        self.s3_proxy.stop()
+        self.gcs.stop()
+        self.moto.stop()
+
+
+@pytest.fixture(scope="session")
+def servers():
+    s = Servers()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory) -> Path:
+    """PDFs (one encrypted), texts, broken files, and jsonl, jsonl.gz and parquet shards with bad rows."""
+    root = tmp_path_factory.mktemp("storage-corpus") / "corpus"
+    shutil.copytree(SAMPLES, root / "samples")
+    (root / "bad").mkdir()
+    pdf = (SAMPLES / "pdf" / "pdflatex-4-pages.pdf").read_bytes()
+    (root / "bad" / "truncated.pdf").write_bytes(pdf[: len(pdf) // 3])
+    (root / "bad" / "zero.txt").write_bytes(b"")
+    (root / "notes").mkdir()
+    for i in range(NOTES):
+        (root / "notes" / f"note-{i:02d}.txt").write_text(note_text(i))
+    shards = root / "shards"
+    shards.mkdir()
+    lines = [json.dumps(r) for r in shard_rows("a")]
+    lines[3:3] = ["{not json", json.dumps({"text": "no id here"}), json.dumps({"id": "a-empty", "text": "  "}), ""]
+    (shards / "a.jsonl").write_text("\n".join(lines) + "\n")
+    with gzip.open(shards / "b.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in shard_rows("b")) + "\n")
+    rows = shard_rows("c")
+    pq.write_table(pa.table({"id": list(range(len(rows))), "text": [r["text"] for r in rows]}), shards / "c.parquet")
+    return root
+
+
+@pytest.fixture(scope="module")
+def storage_ray(servers, tmp_path_factory):
+    """A local Ray whose workers see the storage servers; yields its address for other drivers."""
+    if ray.is_initialized():
+        ray.shutdown()
+    saved = dict(os.environ)
+    os.environ.update(servers.env(tmp_path_factory.mktemp("model-cache")))
+    servers.s3_proxy.reset()
+    try:
+        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        yield context.address_info["gcs_address"]
+    finally:
+        ray.shutdown()
+        os.environ.clear()
+        os.environ.update(saved)

@@ -1,0 +1,147 @@
+"""Crash and resume: the job's driver is SIGKILLed at several points, then rerun, against S3 (moto).
+
+Each driver is a real process (`jobs/embed.py`'s `main`) connected to this module's
+Ray, as a `ray job submit` driver is to its cluster; it is killed with SIGKILL
+when the output reaches a chosen state. After every kill the output must hold no
+partial or unreadable Parquet file and no marker without its data; the next run
+resumes; the last one must match a clean run exactly.
+
+The drivers run with a small encoder batch (ENCODE_BATCH) so that this small
+corpus is committed in many steps and each kill point falls inside the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import ray
+
+from .helpers import REPO, expected_docs, upload
+from pipeline import JobConfig, run_job
+from pipeline.results import read_errors, read_report, read_table
+from pipeline.storage import filesystem_for, list_files, read_file
+
+GROUP = 2
+ARGS = ["--overlap", "16", "--group-size", str(GROUP)]
+DRIVER = (
+    "import sys; sys.path.insert(0, {repo!r}); import pipeline.job as job; job.ENCODE_BATCH = 16; "
+    "from jobs.embed import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.fixture(scope="module")
+def clean(servers, storage_ray, corpus):
+    for bucket in ("crash-in", "crash-out"):
+        servers.make_bucket("s3", bucket)
+    upload(corpus, "s3://crash-in/corpus")
+    run_job(JobConfig(inputs=("s3://crash-in/corpus",), output="s3://crash-out/clean", overlap=16, group_size=GROUP))
+    return read_table("s3://crash-out/clean"), read_errors("s3://crash-out/clean")
+
+
+def state(servers, prefix: str) -> dict:
+    keys = []
+    for page in servers.s3.get_paginator("list_objects_v2").paginate(Bucket="crash-out", Prefix=f"{prefix}/"):
+        keys += [o["Key"][len(prefix) + 1 :] for o in page.get("Contents", [])]
+    return {
+        "manifest": "_docembed.json" in keys,
+        "parts": sum(k.startswith("embeddings/") for k in keys),
+        "markers": sum(k.startswith("_groups/") for k in keys),
+        "success": "_SUCCESS" in keys,
+    }
+
+
+def wait_for_idle_cluster(timeout: float = 60) -> None:
+    """Until the killed driver's actors and tasks are gone and their CPUs free."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0):
+            return
+        time.sleep(0.2)
+    raise AssertionError("the killed driver's workers still hold the cluster")
+
+
+def check_crashed_output(output: str) -> int:
+    """No _SUCCESS, every Parquet file readable, every marker's parts whole; returns the markers' count."""
+    fs, root = filesystem_for(output)
+    for info in list_files(fs, root):
+        if info.path.endswith(".parquet"):
+            pq.read_table(info.path, filesystem=fs)
+    assert not any(i.path.endswith("/_SUCCESS") for i in list_files(fs, root))
+    markers = list_files(fs, f"{root}/_groups")
+    for info in markers:
+        marker = json.loads(read_file(fs, info.path))
+        docs = set()
+        for part in marker["parts"]:
+            docs |= set(pq.read_table(f"{root}/{part}", filesystem=fs).column("doc_id").to_pylist())
+        counts = marker["counts"]
+        assert len(docs) == counts["docs_ok"] + counts["docs_failed"], marker
+        members = set(marker["members"])
+        assert {d.split("#", 1)[0] for d in docs} <= members
+        if not any(m.endswith((".jsonl", ".gz", ".parquet")) for m in members):
+            assert docs == members  # a file group is done only with every member
+    return len(markers)
+
+
+def test_sigkill_at_several_points_then_resume(servers, storage_ray, clean, tmp_path, capsys):
+    output = "s3://crash-out/killed"
+    groups = -(-23 // GROUP) + 3  # 23 single-document files in runs of GROUP, and 3 shards
+    kill_points = [
+        ("the fingerprint is written", lambda s: s["manifest"]),
+        ("the first part is committed", lambda s: s["parts"] >= 1),
+        ("half the groups are done", lambda s: s["markers"] >= groups // 2),
+    ]
+    env = {**os.environ, "RAY_ADDRESS": storage_ray}
+    markers_seen = []
+    for i, (name, reached) in enumerate(kill_points):
+        log = tmp_path / f"driver-{i}.log"
+        with open(log, "wb") as sink:
+            driver = subprocess.Popen(
+                [sys.executable, "-c", DRIVER.format(repo=str(REPO)), "--input", "s3://crash-in/corpus", "--output", output, *ARGS],
+                env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+            )
+            deadline = time.time() + 180
+            while not reached(state(servers, "killed")) and driver.poll() is None and time.time() < deadline:
+                time.sleep(0.03)
+            alive = driver.poll() is None
+            driver.send_signal(signal.SIGKILL)
+            driver.wait()
+        assert alive, f"the driver ended before {name}: {log.read_text()[-3000:]}"
+        wait_for_idle_cluster()
+        markers_seen.append(check_crashed_output(output))
+        if i:
+            assert "resuming" in log.read_text() or markers_seen[i - 1] == 0
+    assert markers_seen[-1] >= groups // 2
+
+    # Resuming with other chunking settings is refused; nothing changes.
+    from jobs.embed import main
+
+    assert main(["--input", "s3://crash-in/corpus", "--output", output, "--overlap", "8", "--group-size", str(GROUP)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("docembed: error:") and "unfinished run made with other settings" in err and "\n" not in err
+    assert check_crashed_output(output) == markers_seen[-1]
+
+    report = run_job(JobConfig(inputs=("s3://crash-in/corpus",), output=output, overlap=16, group_size=GROUP))
+    success = read_report(output)
+    assert success["output"]["groups_resumed"] == markers_seen[-1] and success["output"]["groups"] == groups
+    assert report.docs_ok + report.docs_failed == success["output"]["documents"] == 50
+
+    chunks, errors = read_table(output), read_errors(output)
+    keys = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_index").to_pylist()))
+    clean_chunks, clean_errors = clean
+    clean_keys = list(zip(clean_chunks.column("doc_id").to_pylist(), clean_chunks.column("chunk_index").to_pylist()))
+    assert len(keys) == len(set(keys)) and keys == clean_keys
+    assert errors.column("doc_id").to_pylist() == clean_errors.column("doc_id").to_pylist()
+    ok, failed = expected_docs("s3://crash-in/corpus")
+    assert set(chunks.column("doc_id").to_pylist()) == ok and set(errors.column("doc_id").to_pylist()) == failed
+    fs, root = filesystem_for(output)
+    for info in list_files(fs, root):
+        if info.path.endswith(".parquet"):
+            pq.read_table(info.path, filesystem=fs)
+    assert success["counts"]["chunks"] == chunks.num_rows == clean_chunks.num_rows

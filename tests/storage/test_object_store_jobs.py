@@ -1,0 +1,251 @@
+"""Whole jobs from and to object storage (moto's S3 server, the GCS emulator), read back and checked.
+
+Also: a model directory fetched from S3, transient faults injected by a proxy,
+storage that stays down, and bad inputs that must fail in one line writing nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from .helpers import expected_docs, upload
+from pipeline import Embedder, JobConfig, run_job
+from pipeline.errors import StorageError
+from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+from pipeline.storage import filesystem_for, list_files
+
+GROUP = 4  # files per commit group: the corpus makes several
+
+
+@pytest.fixture(scope="module")
+def stores(servers, storage_ray, corpus, tmp_path_factory):
+    """The corpus in s3://jobs-in and gs://jobs-in, the default model in s3://models, and a local reference run."""
+    from pipeline.model import default_model_dir
+
+    for scheme in ("s3", "gs"):
+        servers.make_bucket(scheme, "jobs-in")
+        servers.make_bucket(scheme, "jobs-out")
+        upload(corpus, f"{scheme}://jobs-in/corpus")
+    servers.make_bucket("s3", "models")
+    upload(default_model_dir(), "s3://models/minilm")
+    local_out = tmp_path_factory.mktemp("reference") / "out"
+    run_job(JobConfig(inputs=(str(corpus),), output=str(local_out), overlap=16, group_size=GROUP))
+    return {"reference": read_table(str(local_out)), "reference_errors": read_errors(str(local_out)), "corpus": corpus}
+
+
+def keys(table) -> list[tuple[str, int]]:
+    return list(zip(table.column("doc_id").to_pylist(), table.column("chunk_index").to_pylist()))
+
+
+def check_output(output: str, base: str, reference, corpus) -> None:
+    """Exactly once, readable, and the same chunks and embeddings as the local run of the same corpus."""
+    fs, root = filesystem_for(output)
+    for info in list_files(fs, root):
+        if info.path.endswith(".parquet"):
+            pq.read_table(info.path, filesystem=fs)  # every part readable
+    assert not list_files(fs, f"{root}/_staging")
+    chunks, errors = read_table(output), read_errors(output)
+    ok, failed = expected_docs(base)
+    assert len(set(keys(chunks))) == chunks.num_rows, "duplicate (doc_id, chunk_index)"
+    assert set(chunks.column("doc_id").to_pylist()) == ok
+    assert sorted(errors.column("doc_id").to_pylist()) == sorted(failed)
+    report = read_report(output)
+    assert report["counts"]["docs_ok"] == len(ok) and report["counts"]["docs_failed"] == len(failed)
+    assert report["counts"]["chunks"] == chunks.num_rows
+
+    local = str(corpus)
+    ref_keys = [(d.replace(local, base, 1), c) for d, c in keys(reference)]
+    assert keys(chunks) == ref_keys  # both sorted by (doc_id, chunk_index); the prefix sorts the same
+    np.testing.assert_allclose(embedding_matrix(chunks), embedding_matrix(reference), atol=2e-5)
+    assert chunks.column("text").to_pylist() == reference.column("text").to_pylist()
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_object_store_job_end_to_end(stores, scheme):
+    base, output = f"{scheme}://jobs-in/corpus", f"{scheme}://jobs-out/run"
+    report = run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
+    assert report.inputs == 23 + 3 and report.skipped == 1  # 23 single documents, 3 shards; NOTICE skipped
+    check_output(output, base, stores["reference"], stores["corpus"])
+    success = read_report(output)
+    assert success["output"]["groups"] == 6 + 3 and success["output"]["groups_resumed"] == 0
+    fs, root = filesystem_for(output)
+    part = next(i.path for i in list_files(fs, f"{root}/embeddings"))
+    metadata = pq.read_schema(part, filesystem=fs).metadata
+    assert metadata[b"docembed.fingerprint"].decode() == success["output"]["fingerprint"]
+
+    # A finished output: a rerun does nothing.
+    assert run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP)) is None
+
+
+def test_model_directory_from_s3_is_fetched_once_and_reused(stores, servers, tmp_path):
+    import os
+
+    cache = tmp_path / "cache"
+    os.environ["DOCEMBED_MODEL_CACHE"] = str(cache)  # this process only; the module's Ray has its own
+    try:
+        servers.s3_proxy.counts.clear()
+        first = Embedder.load("s3://models/minilm")
+        fetched = servers.s3_proxy.counts["requests"]
+        (copy,) = [p for p in cache.iterdir() if p.is_dir()]
+        stamps = {p: p.stat().st_mtime_ns for p in copy.rglob("*")}
+        second = Embedder.load("s3://models/minilm")
+        assert servers.s3_proxy.counts["requests"] - fetched <= 2  # a listing to check the copy, no download
+        assert {p: p.stat().st_mtime_ns for p in copy.rglob("*")} == stamps
+    finally:
+        del os.environ["DOCEMBED_MODEL_CACHE"]
+    text = ["Object storage keeps each file as a whole object."]
+    np.testing.assert_allclose(first.embed(text), Embedder.load().embed(text), atol=1e-6)
+    assert first.encoder.spec.model_id == "s3://models/minilm"
+    np.testing.assert_allclose(second.embed(text), first.embed(text), atol=1e-6)
+
+
+def test_job_with_model_from_s3_and_transient_faults(stores, servers):
+    """10% of S3 requests fail with 503 SlowDown and 10% are slowed; the output is the same."""
+    base, output = "s3://jobs-in/corpus", "s3://jobs-out/faults"
+    proxy = servers.s3_proxy
+    proxy.reset()
+    proxy.fail_rate, proxy.slow_rate, proxy.slow_seconds = 0.1, 0.1, 0.2
+    try:
+        run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP, model="s3://models/minilm"))
+        assert proxy.counts["failed"] >= 5, proxy.counts
+    finally:
+        proxy.reset()
+    check_output(output, base, stores["reference"], stores["corpus"])
+    assert read_report(output)["model"]["id"] == "s3://models/minilm"
+
+
+def test_storage_down_fails_loudly_then_resume_completes(stores, servers):
+    """S3 goes down once the first part is committed: the job fails in one line, marks nothing; a rerun finishes."""
+    base, output = "s3://jobs-in/corpus", "s3://jobs-out/down"
+    proxy = servers.s3_proxy
+    proxy.reset()
+    stop = threading.Event()
+
+    def take_down_after_first_part():
+        while not stop.is_set():
+            listed = servers.s3.list_objects_v2(Bucket="jobs-out", Prefix="down/embeddings/")
+            if listed.get("KeyCount", 0):
+                proxy.down = True
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=take_down_after_first_part, daemon=True)
+    watcher.start()
+    started = time.time()
+    try:
+        with pytest.raises(StorageError) as failure:
+            run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
+    finally:
+        stop.set()
+        watcher.join()
+        proxy.reset()
+    message = str(failure.value)
+    assert "\n" not in message and "SLOW_DOWN" in message and "rerun" in message, message
+    assert time.time() - started < 120
+    listed = servers.s3.list_objects_v2(Bucket="jobs-out", Prefix="down/")
+    names = [o["Key"] for o in listed.get("Contents", [])]
+    assert "down/_SUCCESS" not in names
+    assert_markers_hold_their_data(output)
+
+    report = run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
+    assert report is not None
+    check_output(output, base, stores["reference"], stores["corpus"])
+
+
+def assert_markers_hold_their_data(output: str) -> None:
+    """Every done-marker's parts exist, are readable, and hold whole documents of its members only."""
+    import json
+
+    from pipeline.storage import read_file
+
+    fs, root = filesystem_for(output)
+    for info in list_files(fs, f"{root}/_groups"):
+        marker = json.loads(read_file(fs, info.path))
+        docs = set()
+        for part in marker["parts"]:
+            table = pq.read_table(f"{root}/{part}", filesystem=fs)
+            docs |= set(table.column("doc_id").to_pylist())
+        counts = marker["counts"]
+        assert len(docs) == counts["docs_ok"] + counts["docs_failed"]
+        members = set(marker["members"])
+        assert all(d in members or d.split("#", 1)[0] in members for d in docs)
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    from jobs.embed import main
+
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def objects_under(servers, scheme: str, bucket: str, prefix: str) -> list[str]:
+    fs, root = filesystem_for(f"{scheme}://{bucket}/{prefix}")
+    return [i.path for i in list_files(fs, root)]
+
+
+@pytest.mark.parametrize(
+    "scheme, inputs, output, message",
+    [
+        ("s3", "s3://no-such-bucket/docs", "bad-1", "does not exist (there is no bucket no-such-bucket)"),
+        ("s3", "s3://jobs-in/no/such/prefix", "bad-2", "input s3://jobs-in/no/such/prefix does not exist"),
+        ("s3", "s3://jobs-in/images", "bad-3", "no documents"),
+        ("gs", "gs://no-such-bucket/docs", "bad-4", "does not exist (there is no bucket no-such-bucket)"),
+        ("gs", "gs://jobs-in/corpus/samples", "gs://no-such-out/x", "is not writable: there is no bucket no-such-out"),
+        ("s3", "s3://jobs-in/corpus/samples", "s3://no-such-out/x", "is not writable: there is no bucket no-such-out"),
+        ("s3", "s3://AKIAINURI:uri-secret-value@jobs-in/corpus", "bad-7", "credentials in URIs are not accepted"),
+    ],
+)
+def test_bad_inputs_fail_in_one_line_writing_nothing(stores, servers, capsys, scheme, inputs, output, message):
+    if scheme == "s3" and "images" in inputs:
+        servers.s3.put_object(Bucket="jobs-in", Key="images/picture.png", Body=b"\x89PNG")
+    out_uri = output if "://" in output else f"{scheme}://jobs-out/{output}"
+    code, out, err = run_cli(capsys, "--input", inputs, "--output", out_uri)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("docembed: error: "), err
+    assert message in lines[0]
+    assert "uri-secret-value" not in err + out
+    if "://" not in output:
+        assert objects_under(servers, scheme, "jobs-out", output) == []
+
+
+def test_wrong_credentials_fail_in_one_line_without_showing_them(stores, servers, capsys, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-secret-0123456789")
+    code, out, err = run_cli(capsys, "--input", "s3://jobs-in/corpus", "--output", "s3://jobs-out/bad-creds")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("docembed: error: input s3://jobs-in/corpus"), err
+    assert "check the credentials" in lines[0]
+    assert "AKIAWRONGWRONGWRONG1" not in err + out and "wrong-secret-0123456789" not in err + out
+    monkeypatch.undo()
+    assert objects_under(servers, "s3", "jobs-out", "bad-creds") == []
+
+
+def test_credentials_appear_in_no_output_and_no_log(stores, servers, capfd):
+    """A CLI job's stdout and stderr, every object in the output buckets, and Ray's logs hold no credential."""
+    import ray
+    from pathlib import Path
+
+    from jobs.embed import main
+
+    assert main(["--input", "s3://jobs-in/corpus/notes", "--output", "s3://jobs-out/creds-check"]) == 0
+    out, err = capfd.readouterr()
+    assert "12 inputs" in out
+    secrets = [servers.creds["AWS_ACCESS_KEY_ID"], servers.creds["AWS_SECRET_ACCESS_KEY"]]
+    assert not any(s in out + err for s in secrets)
+    blobs = []
+    for scheme in ("s3", "gs"):
+        fs, _ = filesystem_for(f"{scheme}://jobs-out")
+        for info in list_files(fs, "jobs-out"):
+            with fs.open_input_stream(info.path) as f:
+                blobs.append((info.path, f.read()))
+    session = ray._private.worker._global_node.get_session_dir_path()
+    blobs += [(str(p), p.read_bytes()) for p in Path(session, "logs").rglob("*") if p.is_file()]
+    assert len(blobs) > 10
+    for name, data in blobs:
+        assert not any(s.encode() in data for s in secrets), name
