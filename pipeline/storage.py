@@ -260,14 +260,20 @@ def makedirs(fs: pafs.FileSystem, path: str) -> None:
         retrying(f"cannot create {path}", lambda: fs.create_dir(path, recursive=True))
 
 
-def delete_file(fs: pafs.FileSystem, path: str) -> None:
-    def rm():
+def _delete(remove, path: str) -> None:
+    """`remove(path)` with retries; already gone counts as done, so a retried delete is safe."""
+
+    def run():
         try:
-            fs.delete_file(path)
+            remove(path)
         except FileNotFoundError:
             pass
 
-    retrying(f"cannot delete {path}", rm)
+    retrying(f"cannot delete {path}", run)
+
+
+def delete_file(fs: pafs.FileSystem, path: str) -> None:
+    _delete(fs.delete_file, path)
 
 
 def delete_tree(fs: pafs.FileSystem, path: str) -> None:
@@ -275,13 +281,7 @@ def delete_tree(fs: pafs.FileSystem, path: str) -> None:
     for info in list_files(fs, path):
         delete_file(fs, info.path)
     if not is_object_store(fs):
-        def rmdir():
-            try:
-                fs.delete_dir(path)
-            except FileNotFoundError:
-                pass
-
-        retrying(f"cannot delete {path}", rmdir)
+        _delete(fs.delete_dir, path)
 
 
 def read_file(fs: pafs.FileSystem, path: str) -> bytes:

@@ -51,13 +51,15 @@ def ray_with_tpu():
 
 def test_job_schedules_encoders_on_the_tpu_resource(ray_with_tpu, tmp_path):
     cfg = JobConfig(inputs=(str(SAMPLES / "text"),), output=str(tmp_path / "out"), accelerator="tpu",
-                    compile_cache=str(tmp_path / "cache"))
+                    compile_cache=str(tmp_path / "cache"), profile=str(tmp_path / "profile"))
     report = run_job(cfg)
     assert report.docs_ok == 5
     assert read_report(str(tmp_path / "out"))["counts"]["docs_ok"] == 5
     # The encoder held the TPU resource while it ran, and handed it back.
     assert ray.available_resources().get("TPU") == 4
     assert any((tmp_path / "cache").iterdir()), "the encoder wrote its compiled programs to the cache"
+    # --profile: a JAX profiler trace per encoder actor, in the format TensorBoard and Perfetto read.
+    assert list((tmp_path / "profile").glob("*/plugins/profile/*/*.xplane.pb"))
 
 
 def test_job_asking_for_a_gpu_here_fails_before_starting(ray_with_tpu, tmp_path):
