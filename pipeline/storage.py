@@ -353,9 +353,12 @@ _FETCHED = ".docembed-fetched.json"
 def fetch_dir(uri: str, cache: Path | None = None) -> Path:
     """A local copy of the directory at `uri`, fetched into this node's cache and reused.
 
-    The cache is `DOCEMBED_MODEL_CACHE`, by default ~/.cache/docembed/models. It holds a listing (path, size, mtime) of what it fetched: while the
-    remote listing is the same, the copy is reused; when it changed, it is fetched
-    again. Fetching goes to a temporary directory, checks every size, and is renamed
+    The cache is `DOCEMBED_MODEL_CACHE`, by default ~/.cache/docembed/models. It
+    holds a listing (path, size, mtime) of what it fetched: while the remote
+    listing is the same, the copy is reused; when it changed, it is fetched again.
+    This goes through the same pyarrow filesystems, credentials and retries as
+    the corpus, rather than smart_open, which would need boto3 and
+    google-cloud-storage at run time and a second way of reading credentials. Fetching goes to a temporary directory, checks every size, and is renamed
     into place; a lock keeps the actors of one node from fetching it side by side.
     """
     cache = Path(cache or os.environ.get("DOCEMBED_MODEL_CACHE") or MODEL_CACHE)
