@@ -1,9 +1,9 @@
 """The job's output: Parquet parts under `embeddings/` and `errors/`, then `_SUCCESS`.
 
 Each part holds the rows of one commit group (see `pipeline.resume`) that one
-writer call received. It is made and read back in memory, written under
-`_staging/`, checked there by its size, and only then moved to its final name,
-so a reader never sees a partial file. Its name is the group's id and a digest
+writer call received. It is made and read back in memory, then written whole
+or not at all (`storage.write_file`: one PUT on object stores, `_staging/` and a
+rename locally) and checked by its size, so a reader never sees a partial file. Its name is the group's id and a digest
 of its rows' keys, so a retried write lands on the same name. `_SUCCESS` is
 written last, whole or not at all.
 """
@@ -92,31 +92,14 @@ def _commit(fs: pafs.FileSystem, root: str, subdir: str, name: str, table: pa.Ta
     """Stages, checks and moves one part into place; returns its path under the output."""
     final = f"{root}/{subdir}/{name}"
 
-    # The file is made and checked in memory, so what goes to storage is known whole;
-    # the staged copy is then checked by its size before it is moved into place.
+    # The file is made and checked in memory, so what goes to storage is known
+    # whole; write_file then checks its size there as it puts it in place.
     buffer = pa.BufferOutputStream()
     pq.write_table(table, buffer)
     data = buffer.getvalue()
     if pq.read_metadata(pa.BufferReader(data)).num_rows != table.num_rows:
         raise RuntimeError(f"{final}: the Parquet file does not hold the {table.num_rows} rows written")
-
-    def stage_check_move():
-        staged = f"{root}/{STAGING_DIR}/{uuid.uuid4().hex}-{subdir}-{name}"
-        try:
-            with fs.open_output_stream(staged) as f:
-                f.write(data)
-            size = fs.get_file_info(staged).size
-            if size != data.size:
-                raise OSError(f"{staged}: wrote {data.size} bytes but storage holds {size}")
-            fs.move(staged, final)
-        except BaseException:
-            try:
-                fs.delete_file(staged)
-            except (OSError, ValueError):
-                pass  # swept with _staging/ on the next run
-            raise
-
-    storage.retrying(f"cannot write {final}", stage_check_move)
+    storage.write_file(fs, final, data.to_pybytes(), f"{root}/{STAGING_DIR}")
     return f"{subdir}/{name}"
 
 

@@ -293,27 +293,42 @@ def read_file(fs: pafs.FileSystem, path: str) -> bytes:
 
 
 def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) -> None:
-    """Writes `data` so that `path` appears whole or not at all.
+    """Writes `data` so that `path` appears whole or not at all, and checks its size there.
 
     On object stores one PUT of the whole body is already all-or-nothing; a local
-    file is written under `staging_dir` and renamed into place.
+    file is written under `staging_dir`, checked, and renamed into place.
     """
+
+    def check(written: str) -> None:
+        size = fs.get_file_info(written).size
+        if size != len(data):
+            raise OSError(f"{written}: wrote {len(data)} bytes but storage holds {size}")
+
     if is_object_store(fs):
         def put():
             with fs.open_output_stream(path) as f:
                 f.write(data)
+            check(path)
 
         retrying(f"cannot write {path}", put)
         return
-    staged = f"{staging_dir}/{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
 
-    def stage_and_move():
-        fs.create_dir(staging_dir, recursive=True)
-        with fs.open_output_stream(staged) as f:
-            f.write(data)
-        fs.move(staged, path)
+    def stage_check_move():
+        staged = f"{staging_dir}/{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
+        try:
+            fs.create_dir(staging_dir, recursive=True)
+            with fs.open_output_stream(staged) as f:
+                f.write(data)
+            check(staged)
+            fs.move(staged, path)
+        except BaseException:
+            try:
+                fs.delete_file(staged)
+            except (OSError, ValueError):
+                pass  # swept with the staging dir on the next run
+            raise
 
-    retrying(f"cannot write {path}", stage_and_move)
+    retrying(f"cannot write {path}", stage_check_move)
 
 
 # --- reading a document's bytes on a worker ----------------------------------------------------
