@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
 from pipeline.sink import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
-from pipeline.sources import filesystem_for
+from pipeline.storage import filesystem_for
 
 
 def read_report(output: str) -> dict:

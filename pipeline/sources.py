@@ -23,16 +23,7 @@ import pyarrow.fs as pafs
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import kind_of
 from pipeline.shards import SHARD_KINDS, shard_kind_of
-from pipeline.storage import (  # noqa: F401  (filesystem_for and read_bytes: re-exported for callers)
-    check_location,
-    file_info,
-    filesystem_for,
-    list_files,
-    read_bytes,
-    redact,
-    scheme_of,
-    uri_of,
-)
+from pipeline.storage import check_location, file_info, filesystem_for, list_files, redact, scheme_of, uri_of
 
 
 @dataclasses.dataclass(frozen=True)

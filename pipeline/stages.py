@@ -36,8 +36,6 @@ _ERROR_FIELDS = [
 _GROUP_FIELDS = [pa.field("group", pa.string()), pa.field("group_docs", pa.int32())]
 _GROUP_NAMES = [f.name for f in _GROUP_FIELDS]
 
-INPUT_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())] + _GROUP_FIELDS)
-
 DOC_SCHEMA = pa.schema(
     [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]
     + _ERROR_FIELDS
