@@ -15,6 +15,7 @@ import re
 import time
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kernels.attention import IMPLS as attention_impls
 from pipeline import model as model_dir
@@ -41,13 +42,17 @@ ENCODE_BATCH = 1024
 
 @ray.remote(num_cpus=0)
 class RunStats:
-    """Collects the encoder actors' cumulative counters while the job runs."""
+    """Collects the encoder actors' cumulative counters while the job runs.
+
+    An encoder actor that dies and restarts reports under a new name (its new
+    pid), so each incarnation's batches and compilation-cache use stay visible.
+    """
 
     def __init__(self):
         self.encoders: dict[str, tuple] = {}
 
-    def report_encoder(self, name, totals, compiled_shapes):
-        self.encoders[name] = (totals, compiled_shapes)
+    def report_encoder(self, name, totals, compiled_shapes, compile_cache):
+        self.encoders[name] = (totals, compiled_shapes, compile_cache)
 
     def snapshot(self) -> dict[str, tuple]:
         return self.encoders
@@ -99,7 +104,10 @@ def run(cfg: JobConfig) -> RunReport | None:
     report = RunReport.start(cfg, spec, chunking, inputs=len(inputs), skipped=skipped)
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
     todo = [g for g in groups if g.id not in state.done]
-    stats = RunStats.remote()
+    # On the driver's node: the job outlives any other node, and so must the counters.
+    stats = RunStats.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    ).remote()
     if todo:
         _run_groups(cfg, spec, chunking, placement, todo, fields, manifest, stats, report, ledger)
     report.finish(time.time() - started, ray.get(stats.snapshot.remote()))
@@ -145,6 +153,11 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
             fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats, cfg.profile),
             batch_size=ENCODE_BATCH,
             batch_format="pyarrow",
+            # A dead encoder actor (killed, out of memory, its node gone) is restarted
+            # and its in-flight batches retried, as often as it takes: Ray Data's own
+            # defaults for actor pools (max_restarts=-1, max_task_retries=-1; passing
+            # them here is deprecated), which tests/faults holds it to. The parts'
+            # deterministic names and the ledger make a retried block land once.
             compute=ray.data.ActorPoolStrategy(size=placement.actors),
             **placement.ray_remote_args,
         )

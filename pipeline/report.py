@@ -28,6 +28,7 @@ class RunReport:
     wall_seconds: float = 0.0
     encode: EncodeStats = dataclasses.field(default_factory=EncodeStats)
     compiled_shapes: dict[str, list] = dataclasses.field(default_factory=dict)
+    compile_cache: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: hits, misses
     finished_at: str = ""
 
     @classmethod
@@ -55,9 +56,10 @@ class RunReport:
     def finish(self, wall_seconds: float, encoders: dict[str, tuple]) -> None:
         self.wall_seconds = wall_seconds
         self.finished_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for name, (totals, shapes) in encoders.items():
+        for name, (totals, shapes, cache) in encoders.items():
             self.encode.add(totals)
             self.compiled_shapes[name] = [list(s) for s in shapes]
+            self.compile_cache[name] = cache
 
     @property
     def padding_efficiency(self) -> float:
@@ -86,6 +88,7 @@ class RunReport:
             "padding_efficiency": round(self.padding_efficiency, 4),
             "encoder_batches": self.encode.batches,
             "compiled_shapes": self.compiled_shapes,
+            "compile_cache": self.compile_cache,
             "finished_at": self.finished_at,
         }
 

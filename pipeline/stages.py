@@ -16,7 +16,7 @@ import jax
 import pyarrow as pa
 
 from pipeline import model as model_dir
-from pipeline.accelerators import enable_compilation_cache
+from pipeline.accelerators import compilation_cache_counts, enable_compilation_cache
 from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
@@ -203,7 +203,9 @@ class EncodeBlock:
         emb_ND, stats = self.encoder.encode_ids(token_ids)
         self.totals.add(stats)
         if self.stats is not None:
-            self.stats.report_encoder.remote(self.name, self.totals, sorted(self.encoder.compiled_shapes))
+            self.stats.report_encoder.remote(
+                self.name, self.totals, sorted(self.encoder.compiled_shapes), compilation_cache_counts()
+            )
 
         dim = self.encoder.spec.dim
         flat = pa.array(emb_ND.reshape(-1), pa.float32())
