@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.sink import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
+from pipeline.sink import EMBEDDINGS_DIR, ERRORS_DIR, ERRORS_SCHEMA, SUCCESS_FILE
 from pipeline.storage import filesystem_for
 
 
@@ -28,6 +28,8 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
     read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
     fs, root = filesystem_for(output)
     table = pq.read_table(f"{root}/{which}", filesystem=fs)
+    if which == ERRORS_DIR and not table.num_columns:  # a run without a single error wrote no part
+        table = ERRORS_SCHEMA.empty_table()
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     return table.sort_by(keys)
 

@@ -61,6 +61,8 @@ _ENV_OF_SCHEME = {
 # Values never printed: scrubbed from every message this module raises.
 _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+# A URI's query: where signed URLs carry theirs (X-Amz-Signature, X-Amz-Security-Token, ...).
+_QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*)\?[^\s#'\"]*")
 # Errors that retrying cannot fix: missing things and refused credentials.
 _PERMANENT = re.compile(
     r"ACCESS_DENIED|AccessDenied|SIGNATURE_DOES_NOT_MATCH|INVALID_ACCESS_KEY_ID|InvalidAccessKeyId|NO_SUCH_BUCKET|"
@@ -71,8 +73,8 @@ _CREDENTIALS = re.compile(r"ACCESS_DENIED|AccessDenied|SIGNATURE|INVALID_ACCESS_
 
 
 def redact(text: str) -> str:
-    """`text` without `user:secret@` in URIs and without the values of credential variables."""
-    text = _USERINFO.sub(r"\1***@", str(text))
+    """`text` without `user:secret@` and `?query` in URIs and without the values of credential variables."""
+    text = _QUERY.sub(r"\1?***", _USERINFO.sub(r"\1***@", str(text)))
     for name in _SECRET_ENV:
         value = os.environ.get(name)
         if value and len(value) >= 4:
@@ -98,10 +100,11 @@ def check_location(location: str) -> None:
             f"{redact(location)}: credentials in URIs are not accepted (they would end up in logs and outputs); "
             "set them in the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, Google default credentials)"
         )
-    if parsed.query and parsed.scheme.lower() in OBJECT_STORE_SCHEMES:
+    # Any scheme: a query is where a signed URL carries its credentials.
+    if parsed.query:
         raise ConfigError(
-            f"{redact(location)}: options in URIs are not accepted; set the endpoint with AWS_ENDPOINT_URL "
-            "or STORAGE_EMULATOR_HOST"
+            f"{redact(location)}: options in URIs are not accepted (a signed URL's would end up in logs and "
+            "outputs); set the endpoint with AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST"
         )
     if parsed.scheme.lower() in OBJECT_STORE_SCHEMES and not parsed.netloc:
         raise ConfigError(f"{location}: no bucket named")

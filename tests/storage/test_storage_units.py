@@ -26,9 +26,13 @@ from .storage_servers import REGION
 def test_redact_scrubs_userinfo_and_credential_values(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-xyz")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEY")
-    text = storage.redact("s3://AKIA:pw@bucket/x failed; key AKIAEXAMPLEKEY secret s3cr3t-value-xyz")
+    text = storage.redact(
+        "s3://AKIA:pw@bucket/x failed; key AKIAEXAMPLEKEY secret s3cr3t-value-xyz; "
+        "https://bucket.s3.amazonaws.com/y?X-Amz-Credential=AKIAQUERY&X-Amz-Signature=f00d failed"
+    )
     assert "pw" not in text and "AKIAEXAMPLEKEY" not in text and "s3cr3t-value-xyz" not in text
-    assert "s3://***@bucket/x" in text
+    assert "AKIAQUERY" not in text and "f00d" not in text
+    assert "s3://***@bucket/x" in text and "https://bucket.s3.amazonaws.com/y?*** failed" in text
 
 
 @pytest.mark.parametrize(
@@ -36,6 +40,7 @@ def test_redact_scrubs_userinfo_and_credential_values(monkeypatch):
     [
         ("s3://key:secret@bucket/docs", "credentials in URIs are not accepted"),
         ("gs://bucket/docs?endpoint_override=x", "options in URIs are not accepted"),
+        ("file:///docs?X-Amz-Signature=secret", "options in URIs are not accepted"),
         ("s3:///docs", "no bucket"),
     ],
 )
