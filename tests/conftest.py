@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +38,21 @@ def bad_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str, str]]:
         # Control characters are text, but the tokenizer's normaliser drops them all.
         "controls.txt": (b"\x01\x02\x03\x7f", "tokenize", "NoTokens"),
     }
+
+
+@pytest.fixture
+def kernel_env(tmp_path, monkeypatch):
+    """A `python3` kernel that is this venv's Python, and Jupyter's and IPython's files kept in tmp_path."""
+    spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
+    spec_dir.mkdir(parents=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "docembed venv",
+        "language": "python",
+    }
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))  # searched before system kernels
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+

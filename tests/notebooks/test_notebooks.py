@@ -9,16 +9,13 @@ output. Notebooks are committed without outputs, which is checked too.
 from __future__ import annotations
 
 import ast
-import json
 import shutil
-import sys
 
 import nbformat
 import pytest
 import ray
-from nbclient import NotebookClient
 
-from support import REPO, SAMPLES
+from support import REPO, SAMPLES, execute_notebook, notebook_outputs_text
 from pipeline import JobConfig, run_job
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -42,32 +39,6 @@ def fresh_output(tmp_path_factory):
     return out
 
 
-@pytest.fixture
-def kernel_env(tmp_path, monkeypatch):
-    """A `python3` kernel that is this venv's Python, and Jupyter's and IPython's files kept in tmp_path."""
-    spec_dir = tmp_path / "jupyter" / "kernels" / "python3"
-    spec_dir.mkdir(parents=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "docembed venv",
-        "language": "python",
-    }
-    (spec_dir / "kernel.json").write_text(json.dumps(spec))
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))  # searched before system kernels
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-
-
-def outputs_text(nb) -> str:
-    parts = []
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            parts.append(output.get("text", ""))
-            parts.extend(str(v) for k, v in output.get("data", {}).items() if k.startswith("text/"))
-    return "\n".join(parts)
-
-
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no notebook"
 
@@ -75,13 +46,11 @@ def test_there_are_notebooks():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_against_a_fresh_output(path, fresh_output, kernel_env, monkeypatch):
     monkeypatch.setenv("DOCEMBED_OUTPUT", str(fresh_output))
-    nb = nbformat.read(path, as_version=4)
-    # Run where Jupyter would: in notebooks/. Any cell that raises fails the test with its traceback.
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    nb = execute_notebook(path)
     errors = [o for cell in nb.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
     if path.name == "explore_embeddings.ipynb":
-        text = outputs_text(nb)
+        text = notebook_outputs_text(nb)
         assert str(fresh_output) in text, "the notebook opened another output than DOCEMBED_OUTPUT"
         assert "EncryptedPDF" in text and "libreoffice-writer-password.pdf" in text, "the error table is missing"
         assert "pdflatex-4-pages.pdf" in text

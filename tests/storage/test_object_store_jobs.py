@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from .helpers import expected_docs, upload
+from support import assert_no_secrets, ray_log_files
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.errors import StorageError
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
@@ -228,9 +229,6 @@ def test_wrong_credentials_fail_in_one_line_without_showing_them(stores, servers
 
 def test_credentials_appear_in_no_output_and_no_log(stores, servers, capfd):
     """A CLI job's stdout and stderr, every object in the output buckets, and Ray's logs hold no credential."""
-    import ray
-    from pathlib import Path
-
     from jobs.embed import main
 
     assert main(["--input", "s3://jobs-in/corpus/notes", "--output", "s3://jobs-out/creds-check"]) == 0
@@ -244,8 +242,5 @@ def test_credentials_appear_in_no_output_and_no_log(stores, servers, capfd):
         for info in list_files(fs, "jobs-out"):
             with fs.open_input_stream(info.path) as f:
                 blobs.append((info.path, f.read()))
-    session = ray._private.worker._global_node.get_session_dir_path()
-    blobs += [(str(p), p.read_bytes()) for p in Path(session, "logs").rglob("*") if p.is_file()]
-    assert len(blobs) > 10
-    for name, data in blobs:
-        assert not any(s.encode() in data for s in secrets), name
+    blobs += [(str(p), p.read_bytes()) for p in ray_log_files()]
+    assert assert_no_secrets(secrets, blobs) > 10
