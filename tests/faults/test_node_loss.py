@@ -1,0 +1,24 @@
+"""A worker node lost mid-job on a three-node Ray cluster: the job completes on the rest, exactly once.
+
+The removed node takes its encoder actor, its share of the other stages and the
+blocks in its object store with it. Ray restarts the actors elsewhere and
+rebuilds lost blocks from their lineage; re-run writers land on the same part
+names, and the ledger counts each group once.
+"""
+
+from __future__ import annotations
+
+import ray
+
+import scenarios
+
+def test_worker_node_removed_mid_job_loses_and_duplicates_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr("pipeline.job.ENCODE_BATCH", scenarios.ENCODE_BATCH)
+    corpus = scenarios.write_corpus(tmp_path / "corpus", scenarios.FILES, scenarios.SHARD_DOCS)
+    cfg = scenarios.job(corpus, tmp_path)
+    with scenarios.three_node_cluster() as (cluster, doomed):
+        run = scenarios.run(cfg, scenarios.RemoveNode(cluster, doomed))
+        alive = [n for n in ray.nodes() if n["Alive"]]
+    assert run.injected == 1, "the job ended before the node was removed"
+    assert doomed.node_id not in {n["NodeID"] for n in alive} and len(alive) == 2
+    scenarios.check_exactly_once(cfg.output, scenarios.expected_inputs(corpus), run.report)
