@@ -26,6 +26,7 @@ from pipeline.report import ProgressLine, RunReport
 from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.shards import ShardFields
 from pipeline.sources import list_inputs, plan_groups, work_blocks
+from pipeline.stage_stats import StageTable
 from pipeline.storage import redact
 from pipeline.stages import ChunkBlock, EncodeBlock, extract_block
 from pipeline.tokenizer import Tokenizer
@@ -41,16 +42,23 @@ ENCODE_BATCH = 1024
 
 @ray.remote(num_cpus=0)
 class RunStats:
-    """Collects the encoder actors' cumulative counters while the job runs."""
+    """Collects the encoder actors' cumulative counters and every worker's stage times while the job runs."""
 
     def __init__(self):
         self.encoders: dict[str, tuple] = {}
+        self.stage_table = StageTable()
 
     def report_encoder(self, name, totals, compiled_shapes):
         self.encoders[name] = (totals, compiled_shapes)
 
-    def snapshot(self) -> dict[str, tuple]:
+    def add_stages(self, worker, increments):
+        self.stage_table.add(worker, increments)
+
+    def encoders_snapshot(self) -> dict[str, tuple]:
         return self.encoders
+
+    def stages(self) -> StageTable:
+        return self.stage_table
 
 
 def _init_ray() -> None:
@@ -101,8 +109,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     todo = [g for g in groups if g.id not in state.done]
     stats = RunStats.remote()
     if todo:
-        _run_groups(cfg, spec, chunking, placement, todo, fields, manifest, stats, report, ledger)
-    report.finish(time.time() - started, ray.get(stats.snapshot.remote()))
+        _run_groups(cfg, spec, chunking, placement, todo, fields, manifest, stats, report, ledger, started)
+    report.finish(time.time() - started, ray.get(stats.encoders_snapshot.remote()), ray.get(stats.stages.remote()))
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
         raise RuntimeError(
@@ -120,7 +128,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats, report, ledger) -> None:
+def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats, report, ledger, started) -> None:
     """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
     res = cfg.resources
     # Many small input blocks (not a repartition, which would need a CPU of its own
@@ -130,11 +138,11 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
     ds = (
         ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
         .map_batches(
-            extract_block, fn_kwargs={"fields": fields}, batch_size=None, batch_format="pyarrow", num_cpus=res.extract_cpus
+            extract_block, fn_kwargs={"fields": fields, "stats": stats}, batch_size=None, batch_format="pyarrow", num_cpus=res.extract_cpus
         )
         .map_batches(
             ChunkBlock,
-            fn_constructor_args=(cfg.model, chunking),
+            fn_constructor_args=(cfg.model, chunking, stats),
             batch_size=CHUNK_BATCH,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=res.tokenize_actors),
@@ -150,14 +158,14 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
         )
         .map_batches(
             sink.write_block,
-            fn_args=(cfg.output, metadata),
+            fn_args=(cfg.output, metadata, stats),
             batch_size=None,
             batch_format="pyarrow",
             num_cpus=res.extract_cpus,
         )
     )
     try:
-        progress = ProgressLine()
+        progress = ProgressLine(started=started, stages=lambda: ray.get(stats.stages.remote()))
         for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             rows = summary.to_pylist()
             report.add_summaries(rows)
