@@ -51,8 +51,8 @@ class RunStats:
     def report_encoder(self, name, totals, compiled_shapes):
         self.encoders[name] = (totals, compiled_shapes)
 
-    def add_stages(self, worker, increments):
-        self.stage_table.add(worker, increments)
+    def add_stages(self, increments):
+        self.stage_table.add(increments)
 
     def encoders_snapshot(self) -> dict[str, tuple]:
         return self.encoders

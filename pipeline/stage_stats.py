@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import math
 import os
 import socket
 import time
@@ -28,40 +29,57 @@ STAGE_UNITS = {
 }
 
 
-class StageClock:
-    """One worker's timer: `with clock.timing("extract") as counts: ...; counts["pages"] += n`.
-
-    `collector` is a RunStats actor handle (or None, for tests and benchmarks);
-    `send()` hands it what was timed since the last send.
-    """
-
-    def __init__(self, collector=None):
-        self.collector = collector
-        self.worker = f"{socket.gethostname()}:{os.getpid()}"
-        self.pending: dict[str, tuple[float, collections.Counter]] = {}
-
-    @contextlib.contextmanager
-    def timing(self, stage: str) -> Iterator[collections.Counter]:
-        counts: collections.Counter = collections.Counter()
-        started = time.perf_counter()
-        try:
-            yield counts
-        finally:
-            busy, total = self.pending.get(stage, (0.0, collections.Counter()))
-            total.update(counts)
-            self.pending[stage] = (busy + time.perf_counter() - started, total)
-
-    def send(self) -> None:
-        if self.collector is not None and self.pending:
-            self.collector.add_stages.remote(self.worker, self.pending)
-        self.pending = {}
-
-
 @dataclasses.dataclass
 class StageTotals:
     busy_s: float = 0.0
     counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     workers: set[str] = dataclasses.field(default_factory=set)
+    # Wall-clock (time.time) start of the first call and end of the last one.
+    first: float = math.inf
+    last: float = -math.inf
+
+    def add(self, other: "StageTotals") -> None:
+        self.busy_s += other.busy_s
+        self.counts.update(other.counts)
+        self.workers |= other.workers
+        self.first, self.last = min(self.first, other.first), max(self.last, other.last)
+
+    @property
+    def span_s(self) -> float:
+        """From the stage's first call to its last: its steady-state window."""
+        return max(self.last - self.first, 0.0)
+
+
+class StageClock:
+    """One worker's timer: `with clock.timing("extract") as counts: ...; counts["pages"] += n`.
+
+    `collector` is where `send()` hands what was timed since the last send: a
+    RunStats actor handle in a job, a StageTable in this process (plans,
+    benchmarks), or None.
+    """
+
+    def __init__(self, collector=None):
+        self.collector = collector
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.pending: dict[str, StageTotals] = {}
+
+    @contextlib.contextmanager
+    def timing(self, stage: str) -> Iterator[collections.Counter]:
+        counts: collections.Counter = collections.Counter()
+        wall, started = time.time(), time.perf_counter()
+        try:
+            yield counts
+        finally:
+            busy = time.perf_counter() - started
+            call = StageTotals(busy, counts, {self.worker}, wall, wall + busy)
+            self.pending.setdefault(stage, StageTotals()).add(call)
+
+    def send(self) -> None:
+        if isinstance(self.collector, StageTable):
+            self.collector.add(self.pending)
+        elif self.collector is not None and self.pending:
+            self.collector.add_stages.remote(self.pending)
+        self.pending = {}
 
 
 class StageTable:
@@ -70,12 +88,9 @@ class StageTable:
     def __init__(self):
         self.stages: dict[str, StageTotals] = {}
 
-    def add(self, worker: str, increments: dict[str, tuple[float, dict]]) -> None:
-        for stage, (busy, counts) in increments.items():
-            totals = self.stages.setdefault(stage, StageTotals())
-            totals.busy_s += busy
-            totals.counts.update(counts)
-            totals.workers.add(worker)
+    def add(self, increments: dict[str, StageTotals]) -> None:
+        for stage, totals in increments.items():
+            self.stages.setdefault(stage, StageTotals()).add(totals)
 
     def utilisation(self, stage: str, wall_s: float) -> float:
         """Busy time over the time its workers had: 1.0 is a stage that never waited."""
@@ -93,6 +108,7 @@ class StageTable:
             out[stage] = {
                 "workers": len(totals.workers),
                 "busy_s": round(totals.busy_s, 3),
+                "span_s": round(totals.span_s, 3),
                 "utilisation": round(self.utilisation(stage, wall_s), 4),
                 f"{unit}_per_busy_s": round(totals.counts[unit] / max(totals.busy_s, 1e-9), 1),
                 **dict(totals.counts),
