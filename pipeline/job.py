@@ -130,7 +130,6 @@ def run(cfg: JobConfig) -> RunReport | None:
 
 def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats, report, ledger, started) -> None:
     """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
-    res = cfg.resources
     # Many small input blocks (not a repartition, which would need a CPU of its own
     # while the actor pools hold theirs) so extraction spreads over workers; a
     # block never mixes groups, and a shard is one block that streams out many.
@@ -138,15 +137,19 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
     ds = (
         ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
         .map_batches(
-            extract_block, fn_kwargs={"fields": fields, "stats": stats}, batch_size=None, batch_format="pyarrow", num_cpus=res.extract_cpus
+            extract_block,
+            fn_kwargs={"fields": fields, "stats": stats},
+            batch_size=None,
+            batch_format="pyarrow",
+            num_cpus=placement.stage_cpus,
         )
         .map_batches(
             ChunkBlock,
             fn_constructor_args=(cfg.model, chunking, stats),
             batch_size=CHUNK_BATCH,
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=res.tokenize_actors),
-            num_cpus=res.tokenize_cpus,
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_tokenizers),
+            num_cpus=placement.stage_cpus,
         )
         .map_batches(
             EncodeBlock,
@@ -161,7 +164,7 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
             fn_args=(cfg.output, metadata, stats),
             batch_size=None,
             batch_format="pyarrow",
-            num_cpus=res.extract_cpus,
+            num_cpus=placement.stage_cpus,
         )
     )
     try:
