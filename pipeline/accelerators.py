@@ -42,6 +42,7 @@ class EncoderPlacement:
     # half a CPU lets the stages overlap with it.
     stage_cpus: float
     max_tokenizers: int  # the tokeniser pool autoscales from 1 up to this
+    devices_per_actor: int  # JAX devices each encoder actor lays its mesh over
 
     def describe(self) -> str:
         return (
@@ -73,13 +74,14 @@ def plan_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None, 
             raise ConfigError("--accelerator tpu, but no node of this Ray cluster has a TPU resource")
         # A slice's hosts have the same chip count; the smallest fits on all of them.
         args = {"resources": {"TPU": min(tpu_hosts)}, "num_cpus": ACCELERATOR_HOST_CPUS}
-        return _check_cpus(EncoderPlacement("tpu", len(tpu_hosts), args, 1.0, tokenizers), cpus)
+        return _check_cpus(EncoderPlacement("tpu", len(tpu_hosts), args, 1.0, tokenizers, min(tpu_hosts)), cpus)
     if kind == "gpu":
         if not gpus:
             raise ConfigError("--accelerator gpu, but no node of this Ray cluster has a GPU")
-        placement = EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}, 1.0, tokenizers)
+        placement = EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}, 1.0, tokenizers, 1)
         return _check_cpus(placement, cpus)
-    placement = EncoderPlacement("cpu", cpu_actors or max(1, len(nodes)), {"num_cpus": cpu_per_actor}, 0.5, tokenizers)
+    # XLA shows a host's CPU as one device.
+    placement = EncoderPlacement("cpu", cpu_actors or max(1, len(nodes)), {"num_cpus": cpu_per_actor}, 0.5, tokenizers, 1)
     return _check_cpus(placement, cpus)
 
 

@@ -19,9 +19,10 @@ import ray
 from kernels.attention import IMPLS as attention_impls
 from pipeline import model as model_dir
 from pipeline import resume, sink
-from pipeline.accelerators import plan_encoders
+from pipeline.accelerators import EncoderPlacement, plan_encoders
 from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
+from pipeline.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.report import ProgressLine, RunReport
 from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.shards import ShardFields
@@ -34,10 +35,19 @@ from pipeline.tokenizer import Tokenizer
 log = logging.getLogger("docembed")
 
 # Rows per block handed to each stage. Extraction blocks stay small so that one
-# slow PDF delays few others; encoder blocks are large so that length buckets fill.
+# slow PDF delays few others.
 EXTRACT_BATCH = 4
 CHUNK_BATCH = 16
-ENCODE_BATCH = 1024
+# Full encoder batches per encoder call: enough that length buckets fill and a
+# call's partial tail is small beside them, few enough that encoding starts
+# while extraction still runs (a call waits until its rows have arrived).
+ENCODE_CALL_BATCHES = 16
+
+
+def encode_call_rows(placement: EncoderPlacement, encoder: EncoderConfig) -> int:
+    """Chunk rows per encoder call: ENCODE_CALL_BATCHES batches at full length on the actor's devices."""
+    per_device = encoder.batch_size or DEFAULT_BATCH_SIZE[placement.kind]
+    return ENCODE_CALL_BATCHES * per_device * placement.devices_per_actor
 
 
 @ray.remote(num_cpus=0)
@@ -154,7 +164,7 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
         .map_batches(
             EncodeBlock,
             fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats, cfg.profile),
-            batch_size=ENCODE_BATCH,
+            batch_size=encode_call_rows(placement, cfg.encoder),
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=placement.actors),
             **placement.ray_remote_args,

@@ -11,6 +11,9 @@ import ray
 
 from support import SAMPLES
 from pipeline import Embedder, JobConfig, run_job
+from pipeline.accelerators import plan_encoders
+from pipeline.encoder import EncoderConfig
+from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 
 LONG_TEXT = "\n\n".join(
@@ -171,3 +174,12 @@ def test_real_pdf_corpus(ray_local, corpus, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-4)
     assert report.padding_efficiency >= 0.85
     assert max(map(len, report.compiled_shapes.values())) <= 6
+
+
+def test_encoder_calls_hold_a_fixed_number_of_full_batches():
+    nodes = [{"Alive": True, "Resources": {"CPU": 240, "TPU": 4}}]
+    tpu = plan_encoders("tpu", nodes, cpu_actors=None, cpu_per_actor=1)
+    cpu = plan_encoders("cpu", nodes, cpu_actors=None, cpu_per_actor=1)
+    assert encode_call_rows(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
+    assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 8
+    assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2
