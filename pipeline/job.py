@@ -158,7 +158,7 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
             fn_constructor_args=(cfg.model, chunking, stats),
             batch_size=CHUNK_BATCH,
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_tokenizers),
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
             num_cpus=placement.stage_cpus,
         )
         .map_batches(

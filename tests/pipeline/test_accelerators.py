@@ -10,7 +10,7 @@ import ray
 
 from support import SAMPLES
 from pipeline import JobConfig, run_job
-from pipeline.accelerators import ACCELERATOR_HOST_CPUS, CPUS_PER_TOKENIZER, plan_encoders
+from pipeline.accelerators import ACCELERATOR_HOST_CPUS, plan_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
 
@@ -24,13 +24,13 @@ def test_one_actor_per_tpu_host_owning_all_its_chips():
     placement = plan_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
     assert placement.kind == "tpu" and placement.actors == 2
     assert placement.ray_remote_args == {"resources": {"TPU": 4}, "num_cpus": ACCELERATOR_HOST_CPUS}
-    # Beside accelerators the CPU stages take whole cores; tokenisers scale with the cluster's CPUs.
-    assert placement.stage_cpus == 1.0 and placement.max_tokenizers == 24 // CPUS_PER_TOKENIZER
+    # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept for writers.
+    assert placement.stage_cpus == 1.0 and placement.max_cpu_actors == 24 - 2 * ACCELERATOR_HOST_CPUS - 1
 
 
 def test_cpu_stages_overlap_a_cpu_encoder_and_too_few_cpus_fail_fast():
     laptop = plan_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
-    assert (laptop.stage_cpus, laptop.max_tokenizers) == (0.5, 1)
+    assert (laptop.stage_cpus, laptop.max_cpu_actors) == (0.5, 1)
     with pytest.raises(ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"):
         plan_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
 
