@@ -23,7 +23,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "faults")]
 
-import pipeline.job  # noqa: E402
 import scenarios  # noqa: E402
 
 
@@ -53,7 +52,6 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=scenarios.FILES)
     parser.add_argument("--shard-docs", type=int, default=scenarios.SHARD_DOCS)
     args = parser.parse_args()
-    pipeline.job.ENCODE_BATCH = scenarios.ENCODE_BATCH
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         corpus = scenarios.write_corpus(tmp / "corpus", args.files, args.shard_docs)

@@ -33,9 +33,9 @@ from support import SAMPLES
 
 DOCUMENT_SUFFIXES = (".pdf", ".txt", ".md")
 # The corpus the actor and node faults strike in: many single-document files
-# (small blocks, spread over every encoder actor) and a shard, encoded in calls
-# of ENCODE_BATCH rows so that the job has many encoder calls to strike between.
-FILES, SHARD_DOCS, ENCODE_BATCH = 800, 200, 128
+# (small blocks, spread over every encoder actor) and a shard. The job's encoder
+# calls of 16 batches (128 rows on CPU) give it many calls to strike between.
+FILES, SHARD_DOCS = 800, 200
 WAIT_S = 300  # for any one condition; only reached when something is broken
 POLL_S = 0.2  # each look costs the cluster an actor call: not too often on a loaded machine
 
@@ -134,7 +134,7 @@ def reported_batches() -> dict[int, int]:
     stats = actors("RunStats")
     if not stats:
         return {}
-    encoders = ray.get(handle(stats[-1]).snapshot.remote())
+    encoders = ray.get(handle(stats[-1]).encoders_snapshot.remote())
     return {int(name.rsplit(":", 1)[1]): totals.batches for name, (totals, *_) in encoders.items()}
 
 

