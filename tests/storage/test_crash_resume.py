@@ -1,4 +1,4 @@
-"""Crash and resume: the job's driver is SIGKILLed at several points, then rerun, against S3 (moto).
+"""Crash and resume: the job's driver is SIGKILLed at several points, then rerun, on S3 (moto) and local files.
 
 Each driver is a real process (`jobs/embed.py`'s `main`) connected to this module's
 Ray, as a `ray job submit` driver is to its cluster; it is killed with SIGKILL
@@ -8,6 +8,8 @@ resumes; the last one must match a clean run exactly.
 
 The drivers run with small encoder calls (ENCODE_CALL_BATCHES) so that this small
 corpus is committed in many steps and each kill point falls inside the run.
+Both stores: an object store commits a part with one PUT, a local directory by
+a rename out of `_staging/`.
 """
 
 from __future__ import annotations
@@ -36,24 +38,32 @@ DRIVER = (
 )
 
 
-@pytest.fixture(scope="module")
-def clean(servers, storage_ray, corpus):
+@pytest.fixture(scope="module", params=["s3", "local"])
+def place(request, servers, storage_ray, corpus, tmp_path_factory) -> tuple[str, str]:
+    """(the corpus's location, a folder for outputs) on one store."""
+    if request.param == "local":
+        return str(corpus), str(tmp_path_factory.mktemp("crash-out"))
     for bucket in ("crash-in", "crash-out"):
         servers.make_bucket("s3", bucket)
     upload(corpus, "s3://crash-in/corpus")
-    run_job(JobConfig(inputs=("s3://crash-in/corpus",), output="s3://crash-out/clean", overlap=16, group_size=GROUP))
-    return read_table("s3://crash-out/clean"), read_errors("s3://crash-out/clean")
+    return "s3://crash-in/corpus", "s3://crash-out"
 
 
-def state(servers, prefix: str) -> dict:
-    keys = []
-    for page in servers.s3.get_paginator("list_objects_v2").paginate(Bucket="crash-out", Prefix=f"{prefix}/"):
-        keys += [o["Key"][len(prefix) + 1 :] for o in page.get("Contents", [])]
+@pytest.fixture(scope="module")
+def clean(place):
+    source, outputs = place
+    run_job(JobConfig(inputs=(source,), output=f"{outputs}/clean", overlap=16, group_size=GROUP))
+    return read_table(f"{outputs}/clean"), read_errors(f"{outputs}/clean")
+
+
+def state(output: str) -> dict:
+    fs, root = filesystem_for(output)
+    names = [info.path[len(root) + 1 :] for info in list_files(fs, root)]
     return {
-        "manifest": "_docembed.json" in keys,
-        "parts": sum(k.startswith("embeddings/") for k in keys),
-        "markers": sum(k.startswith("_groups/") for k in keys),
-        "success": "_SUCCESS" in keys,
+        "manifest": "_docembed.json" in names,
+        "parts": sum(n.startswith("embeddings/") for n in names),
+        "markers": sum(n.startswith("_groups/") for n in names),
+        "success": "_SUCCESS" in names,
     }
 
 
@@ -68,10 +78,13 @@ def wait_for_idle_cluster(timeout: float = 60) -> None:
 
 
 def check_crashed_output(output: str) -> int:
-    """No _SUCCESS, every Parquet file readable, every marker's parts whole; returns the markers' count."""
+    """No _SUCCESS, every Parquet file a reader sees readable, every marker's parts whole; returns the markers' count.
+
+    `_staging/` is never read: a local write killed there may leave a partial file.
+    """
     fs, root = filesystem_for(output)
     for info in list_files(fs, root):
-        if info.path.endswith(".parquet"):
+        if info.path.endswith(".parquet") and "/_staging/" not in info.path:
             pq.read_table(info.path, filesystem=fs)
     assert not any(i.path.endswith("/_SUCCESS") for i in list_files(fs, root))
     markers = list_files(fs, f"{root}/_groups")
@@ -89,8 +102,9 @@ def check_crashed_output(output: str) -> int:
     return len(markers)
 
 
-def test_sigkill_at_several_points_then_resume(servers, storage_ray, clean, tmp_path, capsys):
-    output = "s3://crash-out/killed"
+def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, tmp_path, capsys):
+    source, outputs = place
+    output = f"{outputs}/killed"
     groups = -(-23 // GROUP) + 3  # 23 single-document files in runs of GROUP, and 3 shards
     kill_points = [
         ("the fingerprint is written", lambda s: s["manifest"]),
@@ -103,11 +117,11 @@ def test_sigkill_at_several_points_then_resume(servers, storage_ray, clean, tmp_
         log = tmp_path / f"driver-{i}.log"
         with open(log, "wb") as sink:
             driver = subprocess.Popen(
-                [sys.executable, "-c", DRIVER.format(repo=str(REPO)), "--input", "s3://crash-in/corpus", "--output", output, *ARGS],
+                [sys.executable, "-c", DRIVER.format(repo=str(REPO)), "--input", source, "--output", output, *ARGS],
                 env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
             )
             deadline = time.time() + 180
-            while not reached(state(servers, "killed")) and driver.poll() is None and time.time() < deadline:
+            while not reached(state(output)) and driver.poll() is None and time.time() < deadline:
                 time.sleep(0.03)
             alive = driver.poll() is None
             driver.send_signal(signal.SIGKILL)
@@ -122,12 +136,12 @@ def test_sigkill_at_several_points_then_resume(servers, storage_ray, clean, tmp_
     # Resuming with other chunking settings is refused; nothing changes.
     from jobs.embed import main
 
-    assert main(["--input", "s3://crash-in/corpus", "--output", output, "--overlap", "8", "--group-size", str(GROUP)]) == 2
+    assert main(["--input", source, "--output", output, "--overlap", "8", "--group-size", str(GROUP)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("docembed: error:") and "unfinished run made with other settings" in err and "\n" not in err
     assert check_crashed_output(output) == markers_seen[-1]
 
-    report = run_job(JobConfig(inputs=("s3://crash-in/corpus",), output=output, overlap=16, group_size=GROUP))
+    report = run_job(JobConfig(inputs=(source,), output=output, overlap=16, group_size=GROUP))
     success = read_report(output)
     assert success["output"]["groups_resumed"] == markers_seen[-1] and success["output"]["groups"] == groups
     assert report.docs_ok + report.docs_failed == success["output"]["documents"] == 50
@@ -138,7 +152,7 @@ def test_sigkill_at_several_points_then_resume(servers, storage_ray, clean, tmp_
     clean_keys = list(zip(clean_chunks.column("doc_id").to_pylist(), clean_chunks.column("chunk_index").to_pylist()))
     assert len(keys) == len(set(keys)) and keys == clean_keys
     assert errors.column("doc_id").to_pylist() == clean_errors.column("doc_id").to_pylist()
-    ok, failed = expected_docs("s3://crash-in/corpus")
+    ok, failed = expected_docs(source)
     assert set(chunks.column("doc_id").to_pylist()) == ok and set(errors.column("doc_id").to_pylist()) == failed
     fs, root = filesystem_for(output)
     for info in list_files(fs, root):
