@@ -6,8 +6,9 @@ The scenarios are tests/faults/scenarios.py, the very code the fault tests
 assert with (imported from there, so the figures and the tests cannot drift
 apart). On a local two-CPU Ray: undisturbed, the encoder actor killed twice
 with `ray.kill`, and twice with SIGKILL. On a three-node `ray.cluster_utils`
-cluster: undisturbed, and one worker node removed. Each fault's time overhead
-is against the undisturbed run on the same Ray. Lost counts documents missing
+cluster: undisturbed, and one worker node removed. Each Ray first runs a
+warm-up job; each fault's time overhead is against the undisturbed run on the
+same Ray. Lost counts documents missing
 from the output and documents missing chunks; duplicated counts repeated rows.
 Driver crashes and resume are tests/storage/test_crash_resume.py's (identical
 output after three SIGKILLs).
@@ -36,7 +37,11 @@ def row(name: str, corpus: Path, work: Path, run: scenarios.Run, baseline: float
 
 
 def scenario_rows(ray_name: str, corpus: Path, tmp: Path, faults: dict) -> list[str]:
-    """The undisturbed run, then one run per fault (name -> a function making its sidecar)."""
+    """A warm-up run, the undisturbed run, then one run per fault (name -> a function making its sidecar).
+
+    The warm-up, not reported, takes the Ray's first-job costs (worker processes, imports) off the baseline.
+    """
+    scenarios.run(scenarios.job(corpus, tmp / f"{ray_name}-warm-up"))
     rows, baseline = [], None
     for name, sidecar in {"none": None, **faults}.items():
         work = tmp / f"{ray_name}-{name}"
