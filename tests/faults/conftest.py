@@ -1,4 +1,4 @@
-"""Fixtures for the fault tests: a module-scoped local Ray and a corpus big enough for faults to land mid-job."""
+"""Fixtures for the fault tests: a module-scoped local Ray (the corpora are scenarios.write_corpus's)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The tests in tests/faults assert on these and bench/faults.py prints their
 figures, so both run the very same scenarios (the bench puts this directory on
 its import path). A scenario runs `pipeline.run_job` in this process, against
-the Ray the caller started, while an sidecar thread waits on the job's own
+the Ray the caller started, while a sidecar thread waits on the job's own
 progress (the batches each encoder actor has reported to the job's RunStats
 actor) and then strikes: there are no sleeps to tune for a loaded machine.
 """

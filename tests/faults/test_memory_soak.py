@@ -35,8 +35,9 @@ def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_
     (soaked,) = sampler.after_warm_up().values()
     assert len(soaked) >= 10, sampler.samples
     growth = scenarios.rss_growth(soaked)
-    print(f"soak: {success['encoder_batches']} batches in {run.seconds:.0f}s; encoder RSS "
-          f"{soaked[0].rss / 2**20:.0f} -> {soaked[-1].rss / 2**20:.0f} MiB over {len(soaked)} samples "
-          f"after warm-up, growth {growth:+.1%} (medians of first and last thirds)")
+    rss = [s.rss / 2**20 for s in soaked]
+    print(f"soak: {success['encoder_batches']} batches in {run.seconds:.0f}s; encoder RSS after warm-up "
+          f"{rss[0]:.0f} -> {rss[-1]:.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}) over {len(rss)} samples, "
+          f"growth {growth:+.1%} (medians of first and last thirds)")
     assert growth < 0.05, [dataclasses.astuple(s) for s in soaked]
     assert len({s.cache_entries for s in soaked}) == 1, "a program was compiled after warm-up"
