@@ -8,6 +8,7 @@ The driver only ever holds file names and per-block summary rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
 from pipeline.report import ProgressLine, RunReport
 from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.extract import resolve_extractor
 from pipeline.shards import ShardFields
 from pipeline.sources import list_inputs, plan_groups, work_blocks
 from pipeline.storage import redact
@@ -72,6 +74,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     chunking.validate(tokenizer.n_special, spec.max_seq_length)
     if cfg.encoder.attention not in ("auto", *attention_impls):
         raise ConfigError(f"unknown attention implementation {cfg.encoder.attention!r}; known: auto, {', '.join(attention_impls)}")
+    # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
+    extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
     inputs, skipped = list_inputs(list(cfg.inputs))
     if not inputs:
         raise InputError(
@@ -86,7 +90,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     )
     log.info("docembed: %s", placement.describe())
     # Only now, with every argument checked, is anything written.
-    manifest = resume.fingerprint(spec, chunking, cfg.encoder)
+    manifest = resume.fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     salt = f"{resume.FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
     groups = plan_groups(inputs, cfg.group_size, salt)
@@ -96,12 +100,12 @@ def run(cfg: JobConfig) -> RunReport | None:
     if state.done:
         log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
     ledger = resume.Ledger(cfg.output, groups, state)
-    report = RunReport.start(cfg, spec, chunking, inputs=len(inputs), skipped=skipped)
+    report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
     todo = [g for g in groups if g.id not in state.done]
     stats = RunStats.remote()
     if todo:
-        _run_groups(cfg, spec, chunking, placement, todo, fields, manifest, stats, report, ledger)
+        _run_groups(cfg, spec, chunking, extract, placement, todo, fields, manifest, stats, report, ledger)
     report.finish(time.time() - started, ray.get(stats.snapshot.remote()))
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
@@ -120,7 +124,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats, report, ledger) -> None:
+def _run_groups(cfg, spec, chunking, extract, placement, groups, fields, manifest, stats, report, ledger) -> None:
     """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
     res = cfg.resources
     # Many small input blocks (not a repartition, which would need a CPU of its own
@@ -130,7 +134,11 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
     ds = (
         ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
         .map_batches(
-            extract_block, fn_kwargs={"fields": fields}, batch_size=None, batch_format="pyarrow", num_cpus=res.extract_cpus
+            extract_block,
+            fn_kwargs={"fields": fields, "extract": extract},
+            batch_size=None,
+            batch_format="pyarrow",
+            num_cpus=res.extract_cpus,
         )
         .map_batches(
             ChunkBlock,

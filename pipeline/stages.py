@@ -20,6 +20,7 @@ from pipeline.accelerators import enable_compilation_cache
 from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
+from pipeline.sandbox import ExtractConfig, process_sandbox
 from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
 from pipeline.storage import read_many
 from pipeline.tokenizer import Tokenizer
@@ -77,10 +78,21 @@ def _is_error(row: dict) -> bool:
 SHARD_BLOCK = 64  # documents per block handed on from a shard
 
 
-def extract_block(batch: pa.Table, fields: ShardFields = ShardFields()) -> Iterator[pa.Table]:
+def extract_block(
+    batch: pa.Table, fields: ShardFields = ShardFields(), extract: ExtractConfig = ExtractConfig()
+) -> Iterator[pa.Table]:
     """Input rows (doc_id, kind, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
+    PDFs are parsed in this process's sandbox (`pipeline.sandbox`) within
+    `extract`'s time and memory bounds; text files are decoded here, which is
+    linear in their size and cannot hang.
+
+    A function run as Ray tasks rather than a class in an actor pool: Ray reuses
+    a worker process for many tasks, so the sandbox's child process lives as long
+    as the worker, while extraction keeps the task scheduling that spreads it over
+    whatever CPUs are free, CPU-only nodes included, and holds no CPU when idle
+    (an actor pool would, and on two cores it would starve the writer tasks).
     """
     rows = []
     items = batch.to_pylist()
@@ -97,7 +109,8 @@ def extract_block(batch: pa.Table, fields: ShardFields = ShardFields()) -> Itera
             rows.append(_error(doc, "read", type(data).__name__, str(data)))
             continue
         try:
-            rows.append({**doc, "pages": extract_pages(data, row["kind"])})
+            pages = process_sandbox(extract).extract_pages(data, "pdf") if row["kind"] == "pdf" else extract_pages(data, "text")
+            rows.append({**doc, "pages": pages})
         except DocumentError as e:
             rows.append(_error(doc, "extract", e.error_type, str(e)))
         except Exception as e:  # one document's failure must never take its batch mates down

@@ -1,0 +1,105 @@
+import os
+from contextlib import closing
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from support import REPO, decompression_bomb_pdf, text_pdf
+from pipeline.errors import ConfigError
+from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages
+from pipeline.sandbox import ExtractConfig, Sandbox
+
+extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
+
+
+@pytest.fixture(scope="module")
+def slow_pdf() -> bytes:
+    """2,000 pages of 40 lines: several seconds of pypdf's time."""
+    page = "\n".join(f"Line {i} of a page about rivers, tides and the sea." for i in range(40))
+    return text_pdf([page] * 2000)
+
+
+def _error_type(sandbox: Sandbox, data: bytes) -> str:
+    with pytest.raises(DocumentError) as caught:
+        sandbox.extract_pages(data, "pdf")
+    return caught.value.error_type
+
+
+@extractors
+def test_gives_what_extract_pages_gives(real_pdf, bad_documents, extractor):
+    with closing(Sandbox(ExtractConfig(extractor))) as sandbox:
+        assert sandbox.extract_pages(real_pdf, "pdf") == extract_pages(real_pdf, "pdf", extractor)
+        for name, (data, stage, error_type) in bad_documents.items():
+            if name.endswith(".pdf"):
+                assert _error_type(sandbox, data) == error_type, name
+
+
+def test_a_document_past_the_time_bound_costs_only_itself(slow_pdf, real_pdf):
+    with closing(Sandbox(ExtractConfig("pypdf", timeout_s=1))) as sandbox:
+        sandbox.extract_pages(real_pdf, "pdf")
+        first_child = sandbox.pid
+        started = time.monotonic()
+        assert _error_type(sandbox, slow_pdf) == "ExtractTimeout"
+        assert time.monotonic() - started < 3
+        assert not psutil.pid_exists(first_child) or psutil.Process(first_child).status() == psutil.STATUS_ZOMBIE
+        assert len(sandbox.extract_pages(real_pdf, "pdf")) == 4  # a fresh child
+
+
+@extractors
+def test_a_decompression_bomb_hits_the_memory_bound_not_the_machine(real_pdf, extractor):
+    with closing(Sandbox(ExtractConfig(extractor, timeout_s=30, memory_mib=256))) as sandbox:
+        started = time.monotonic()
+        # pypdf caps what it inflates and reads no text from the page; PDFium
+        # inflates until its allocator fails under the bound and aborts.
+        assert _error_type(sandbox, decompression_bomb_pdf()) == {"pypdf": "NoText", "pdfium": "ExtractorCrashed"}[extractor]
+        assert time.monotonic() - started < 30
+        assert len(sandbox.extract_pages(real_pdf, "pdf")) == 4
+
+
+def test_python_memory_error_becomes_its_own_error_type(real_pdf):
+    with closing(Sandbox(ExtractConfig("pypdf", memory_mib=64))) as sandbox:
+        # 64 MiB of address space cannot even receive a 100 MB document.
+        assert _error_type(sandbox, b"%PDF-1.7\n" + bytes(100 << 20)) == "ExtractMemoryLimit"
+        assert len(sandbox.extract_pages(real_pdf, "pdf")) == 4
+
+
+def test_a_crashed_extractor_costs_one_document(slow_pdf, real_pdf):
+    with closing(Sandbox(ExtractConfig("pypdf", timeout_s=60))) as sandbox:
+        sandbox.extract_pages(real_pdf, "pdf")
+        threading.Timer(0.5, os.kill, (sandbox.pid, signal.SIGSEGV)).start()
+        with pytest.raises(DocumentError, match="SIGSEGV") as caught:
+            sandbox.extract_pages(slow_pdf, "pdf")
+        assert caught.value.error_type == "ExtractorCrashed"
+        assert len(sandbox.extract_pages(real_pdf, "pdf")) == 4
+
+
+def test_the_child_does_not_outlive_a_killed_parent(tmp_path):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import os, signal\n"
+            "from pipeline.sandbox import ExtractConfig, Sandbox\n"
+            "s = Sandbox(ExtractConfig('pypdf'))\n"
+            "s.extract_pages(open('samples/pdf/pdflatex-4-pages.pdf', 'rb').read(), 'pdf')\n"
+            "print(s.pid, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n"
+        )],
+        cwd=REPO, stdout=subprocess.PIPE, text=True,
+    )
+    child = int(parent.stdout.readline())
+    parent.wait()
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the sandbox child outlived its parent"
+        time.sleep(0.1)
+
+
+def test_bounds_are_checked():
+    with pytest.raises(ConfigError, match="--pdf-extractor"):
+        ExtractConfig("mupdf")
+    with pytest.raises(ConfigError, match="--extract-timeout"):
+        ExtractConfig(timeout_s=0)
