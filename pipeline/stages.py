@@ -163,8 +163,11 @@ class ChunkBlock:
     def _chunks(self, doc: dict) -> list[dict]:
         text, page_starts = join_pages(doc["pages"])
         encoding = self.tokenizer.encode_content([text])[0]
-        if not encoding.ids:
-            return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", "text yields no tokens")]
+        if all(i == self.tokenizer.unk_id for i in encoding.ids):
+            # Nothing, or only unknown words: 10 million characters without whitespace are
+            # one [UNK], whose embedding says nothing of the text.
+            message = f"text yields no tokens the model knows ({len(encoding.ids)} unknown)"
+            return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
         chunks = chunk_document(
             text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
         )

@@ -102,3 +102,19 @@ def decompression_bomb_pdf(inflated_bytes: int = 1 << 30) -> bytes:
         b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
         stream(packed, b"/Filter /FlateDecode"),
     ])
+
+
+def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
+    """Pages that draw a form `fanout` times that draws a line of text `fanout` times: a small file, fanout**2 per page."""
+    kids = b" ".join(b"%d 0 R" % (7 + i) for i in range(pages))
+    page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+            b"/Resources << /XObject << /X 4 0 R >> >> >>")
+    return pdf_file([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+        stream(b"/X Do " * fanout),
+        stream(b"/Y Do " * fanout, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /XObject << /Y 5 0 R >> >>"),
+        stream(b"BT /F1 11 Tf 72 720 Td (Ha!) Tj ET",
+               b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 6 0 R >> >>"),
+        _FONT,
+    ] + [page] * pages)
