@@ -20,7 +20,7 @@ from pipeline.accelerators import enable_compilation_cache
 from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
-from pipeline.sandbox import ExtractConfig, process_sandbox
+from pipeline.sandbox import ExtractConfig, SandboxError, process_sandbox
 from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
 from pipeline.storage import read_many
 from pipeline.tokenizer import Tokenizer
@@ -113,6 +113,8 @@ def extract_block(
             rows.append({**doc, "pages": pages})
         except DocumentError as e:
             rows.append(_error(doc, "extract", e.error_type, str(e)))
+        except SandboxError:
+            raise  # not this document's fault: every document after it would fail the same way
         except Exception as e:  # one document's failure must never take its batch mates down
             rows.append(_error(doc, "extract", type(e).__name__, str(e)))
     if rows:

@@ -17,10 +17,11 @@ from pipeline.extract._errors import DocumentError
 log = logging.getLogger("docembed")
 
 # name -> module with `pdf_pages(data) -> list[str]`, imported on first use so a
-# missing engine fails only when it is chosen. Fastest first: pdfium extracts
-# about 13x the pages per second of pypdf on the shared corpus (BENCHMARKS.md).
-_MODULES = {"pdfium": "pipeline.extract._pdfium", "pypdf": "pipeline.extract._pypdf"}
-PDF_EXTRACTORS = ("pypdf", "pdfium")  # the reference first
+# missing engine fails only when it is chosen.
+_MODULES = {"pypdf": "pipeline.extract._pypdf", "pdfium": "pipeline.extract._pdfium"}
+PDF_EXTRACTORS = tuple(_MODULES)  # the reference first
+# pdfium extracts 19x the pages per second of pypdf on the shared corpus (BENCHMARKS.md).
+_FASTEST_FIRST = ("pdfium", "pypdf")
 
 
 @functools.cache
@@ -39,10 +40,10 @@ def available_extractors() -> list[str]:
 def resolve_extractor(name: str) -> str:
     """'auto' or an extractor's name -> the name of the extractor that will run."""
     if name == "auto":
-        available = [n for n in _MODULES if n in available_extractors()]
-        if available[0] != next(iter(_MODULES)):
-            log.warning("docembed: --pdf-extractor auto: %s is not installed, using %s", next(iter(_MODULES)), available[0])
-        return available[0]
+        pick = next(n for n in _FASTEST_FIRST if n in available_extractors())
+        if pick != _FASTEST_FIRST[0]:
+            log.warning("docembed: --pdf-extractor auto: %s cannot run here, using %s", _FASTEST_FIRST[0], pick)
+        return pick
     if name not in _MODULES:
         raise ConfigError(f"unknown --pdf-extractor {name!r}; known: auto, {', '.join(PDF_EXTRACTORS)}")
     loaded = _load(name)

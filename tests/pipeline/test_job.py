@@ -125,6 +125,8 @@ def test_success_report(finished):
     assert success["throughput"]["tokens_per_s"] > 0
     assert 0 < success["padding_efficiency"] <= 1
     assert success["errors_by_type"]["EncryptedPDF"] == 2
+    assert success["config"]["extract"] == {"pdf_extractor": "pdfium", "timeout_s": 120, "memory_mib": 2048}
+    assert json.loads((out / "_docembed.json").read_text())["pdf_extractor"] == "pdfium"
     assert json.loads((out / "_SUCCESS").read_text()) == success
 
 

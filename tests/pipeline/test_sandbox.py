@@ -12,7 +12,7 @@ import pytest
 from support import REPO, decompression_bomb_pdf, form_fanout_pdf
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages
-from pipeline.sandbox import ExtractConfig, Sandbox
+from pipeline.sandbox import ExtractConfig, Sandbox, SandboxError
 
 extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
 
@@ -109,3 +109,11 @@ def test_bounds_are_checked():
         ExtractConfig("mupdf")
     with pytest.raises(ConfigError, match="--extract-timeout"):
         ExtractConfig(timeout_s=0)
+
+
+def test_a_child_that_cannot_run_its_extractor_stops_the_caller(real_pdf):
+    sandbox = Sandbox(ExtractConfig("pypdf"))
+    sandbox.extractor = "mupdf"  # as if the worker's node lacked the engine the driver resolved
+    with pytest.raises(SandboxError, match="unknown --pdf-extractor 'mupdf'"):
+        sandbox.extract_pages(real_pdf, "pdf")
+    assert sandbox.pid is None
