@@ -156,7 +156,7 @@ def test_real_pdf_corpus(ray_local, corpus, tmp_path):
 
 def _hostile_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str | None]]:
     """File name -> (bytes, the error_type it must end in, or None when its chunks must be embedded)."""
-    good_line = json.dumps({"id": "good", "text": "A good line among bad ones."})
+    good_line = json.dumps({"id": "good", "text": "A good line among bad ones."}).encode()
     return {
         "owner-only.pdf": (encrypt(real_pdf, user_password="", owner_password="owner"), None),
         "locked.pdf": (encrypt(real_pdf, user_password="user", owner_password="owner"), "EncryptedPDF"),
@@ -170,7 +170,7 @@ def _hostile_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str | None]]:
         "no-whitespace.txt": (b"x" * 10_000_000, "NoTokens"),  # one [UNK]: see ChunkBlock
         "invalid-utf8.txt": (b"valid start \xff\xfe then not", "UndecodableText"),
         "nul-bytes.txt": (b"words\x00between\x00NUL bytes\x00", None),
-        "malformed.jsonl": ("\n".join([good_line, "{not json", "[1, 2]", '{"id": "x"}']).encode(), None),
+        "malformed.jsonl": (b"\n".join([good_line, b"{not json", b"[1, 2]", b'{"id": "x"}', b'{"id": "y", "text": "\xff"}']), None),
     }
 
 
@@ -196,7 +196,7 @@ def test_hostile_documents_cost_only_themselves(ray_local, real_pdf, tmp_path):
         assert (error_of.get(uri), uri in embedded) == (error_type, error_type is None), name
     shard = str(root / "malformed.jsonl")
     assert f"{shard}#good" in embedded
-    assert {error_of[f"{shard}#line:{i}"] for i in (2, 3)} == {"BadRecord"}
+    assert {error_of[f"{shard}#line:{i}"] for i in (2, 3, 5)} == {"BadRecord"}  # 5: invalid UTF-8
     assert error_of[f"{shard}#x"] == "NoText"
     # Every good document of the same run is embedded.
     samples = {str(p) for p in (root / "samples").rglob("*") if p.suffix in (".pdf", ".txt", ".md")}
