@@ -19,15 +19,35 @@ from pipeline.errors import ConfigError
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
 DEFAULT_COMPILE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docembed" / "jax"
 
+# CPUs an accelerator's encoder actor reserves on its host: one for its Python
+# (packing batches, converting results), one for JAX's transfer and dispatch
+# threads. Ray never schedules CPU stages onto reserved CPUs, so a PDF-heavy
+# corpus cannot starve the chips of their feeder.
+ACCELERATOR_HOST_CPUS = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class EncoderPlacement:
     kind: str  # "tpu", "gpu" or "cpu"
     actors: int
     ray_remote_args: dict  # resources each encoder actor requests
+    devices_per_actor: int  # JAX devices each encoder actor lays its mesh over
+    # CPUs each CPU-stage worker (extraction, tokeniser, writer) requests. Beside
+    # accelerators, a whole core: no stage oversubscribes the cores the encoders
+    # left, and the stages spill onto CPU-only nodes when a host's cores are
+    # taken. On a CPU-only run the encoder spreads over every core anyway, and
+    # half a CPU lets the stages overlap with it.
+    stage_cpus: float
+    # The CPU stages' actor pool autoscales from 1 up to this: every CPU slot the
+    # encoders leave, but one kept for the writer tasks. (Ray Data fuses the
+    # extraction tasks into this pool's actors, so it is extraction's width too.)
+    max_cpu_actors: int = 1
 
     def describe(self) -> str:
-        return f"{self.actors} {self.kind} encoder actor(s), each requesting {self.ray_remote_args}"
+        return (
+            f"{self.actors} {self.kind} encoder actor(s), each requesting {self.ray_remote_args}; "
+            f"CPU stages {self.stage_cpus:g} CPU per worker, up to {self.max_cpu_actors} actor(s)"
+        )
 
 
 def _alive(nodes: list[dict]) -> list[dict]:
@@ -35,7 +55,8 @@ def _alive(nodes: list[dict]) -> list[dict]:
 
 
 def plan_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None, cpu_per_actor: float) -> EncoderPlacement:
-    """Encoder actors for the accelerator `requested` on a cluster of `nodes` (as `ray.nodes()` lists them).
+    """Encoder actors for the accelerator `requested` on a cluster of `nodes` (as `ray.nodes()` lists them),
+    and how wide the CPU stages beside them may grow.
 
     `cpu_actors` overrides the count on CPU (default: one per node, since XLA's
     CPU backend already spreads one program over all of a node's cores).
@@ -50,12 +71,31 @@ def plan_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None, 
         if not tpu_hosts:
             raise ConfigError("--accelerator tpu, but no node of this Ray cluster has a TPU resource")
         # A slice's hosts have the same chip count; the smallest fits on all of them.
-        return EncoderPlacement("tpu", len(tpu_hosts), {"resources": {"TPU": min(tpu_hosts)}, "num_cpus": 1})
-    if kind == "gpu":
+        chips = min(tpu_hosts)
+        args = {"resources": {"TPU": chips}, "num_cpus": ACCELERATOR_HOST_CPUS}
+        placement = EncoderPlacement("tpu", len(tpu_hosts), args, chips, stage_cpus=1.0)
+    elif kind == "gpu":
         if not gpus:
             raise ConfigError("--accelerator gpu, but no node of this Ray cluster has a GPU")
-        return EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": 1})
-    return EncoderPlacement("cpu", cpu_actors or max(1, len(nodes)), {"num_cpus": cpu_per_actor})
+        placement = EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}, 1, stage_cpus=1.0)
+    else:
+        # XLA shows a host's CPU as one device.
+        actors = cpu_actors or max(1, len(nodes))
+        placement = EncoderPlacement("cpu", actors, {"num_cpus": cpu_per_actor}, 1, stage_cpus=0.5)
+    return _size_cpu_stages(placement, sum(n["Resources"].get("CPU", 0) for n in nodes))
+
+
+def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> EncoderPlacement:
+    """Sets how many CPU-stage actors fit beside the encoders, failing fast when not one does
+    (with a writer beside it): Ray Data would otherwise wait forever for CPUs that never free up."""
+    encoders = placement.actors * placement.ray_remote_args["num_cpus"]
+    slots = int((cluster_cpus - encoders) // placement.stage_cpus)
+    if slots < 2:
+        raise ConfigError(
+            f"this Ray cluster has {cluster_cpus:g} CPUs; {placement.actors} {placement.kind} encoder actor(s) "
+            f"reserve {encoders:g} and the CPU stages need {2 * placement.stage_cpus:g} more"
+        )
+    return dataclasses.replace(placement, max_cpu_actors=slots - 1)
 
 
 def enable_compilation_cache(path: str | Path | None) -> None:

@@ -20,10 +20,12 @@ class BatchingConfig:
     max_seq_len: int
     batch_size: int  # rows per data shard in the longest bucket
     min_bucket: int = 32
-    # Pad a final partial batch only to the next power of two of rows. Interactive
-    # callers embedding a handful of texts want this; a job streaming thousands of
-    # chunks wants full batches so it never compiles a new shape.
-    shrink_tail: bool = False
+    # A partial batch left at the end of a call may be cut to a half, a quarter...
+    # of the full rows, at most this many halvings (never below `row_multiple`):
+    # fewer padding rows, at the cost of one more compiled shape per halving used.
+    # A job streaming thousands of chunks keeps this small so its program count
+    # stays small; interactive callers embedding a handful of texts allow many.
+    tail_halvings: int = 2
     # Every batch's rows are a multiple of this: the encoder splits rows evenly
     # over its mesh's data axis, `batch_size` rows at full length to each shard.
     row_multiple: int = 1
@@ -43,9 +45,22 @@ class BatchingConfig:
         """Rows of a batch in `bucket`: the same token budget whatever the bucket."""
         return self.row_multiple * max(1, self.batch_size * self.max_seq_len // bucket)
 
-    def round_rows(self, rows: int) -> int:
-        """Rows up to the next multiple of `row_multiple` (at least one multiple)."""
-        return max(1, -(-rows // self.row_multiple)) * self.row_multiple
+    def tail_rows(self, bucket: int, remaining: int) -> int:
+        """Rows of the next batch in `bucket` when only `remaining` sequences are left.
+
+        The smallest allowed shape is a quantum of rows (full / 2**tail_halvings,
+        rounded to `row_multiple`); the remainder is padded to whole quanta and
+        cut into power-of-two multiples of the quantum, largest first, so at
+        most one quantum minus one row is padding. 5 rows left of 8 with a
+        quantum of 2: a batch of 4, then one of 2.
+        """
+        full = self.rows_for(bucket)
+        if remaining >= full:
+            return full
+        per_shard = full // self.row_multiple
+        quantum = self.row_multiple * max(1, per_shard >> self.tail_halvings)
+        quanta = -(-remaining // quantum)
+        return quantum * (1 << (quanta.bit_length() - 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,9 +78,9 @@ def plan_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Ite
     """Sorts sequences by length and packs them into padded static-shape batches.
 
     Each bucket first fills whole batches. What is left over of every bucket then
-    goes longest first into partial batches of the longest leftover's shape, so
-    short leftovers ride in spare rows instead of costing a batch of their own:
-    no more batches than one partial batch per bucket, and no new shapes.
+    goes longest first into batches of the longest leftover's bucket, so short
+    leftovers ride in spare rows instead of costing a batch of their own; the
+    last of those batches shrinks to `BatchingConfig.tail_rows`.
     """
     lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=len(token_ids))
     if lengths.size and lengths.max() > cfg.max_seq_len:
@@ -91,10 +106,7 @@ def plan_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Ite
         leftovers.extend(in_bucket[n_whole:])
     while leftovers:
         bucket = cfg.bucket_for(int(lengths[leftovers[-1]]))
-        full_rows = cfg.rows_for(bucket)
-        rows = np.array(leftovers[-full_rows:])
-        del leftovers[-full_rows:]
-        n_rows = full_rows
-        if cfg.shrink_tail:
-            n_rows = min(full_rows, cfg.round_rows(1 << (len(rows) - 1).bit_length()))
+        n_rows = cfg.tail_rows(bucket, len(leftovers))
+        rows = np.array(leftovers[-n_rows:])
+        del leftovers[-n_rows:]
         yield pack(rows, bucket, n_rows)

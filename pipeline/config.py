@@ -12,16 +12,14 @@ from pipeline.sandbox import ExtractConfig
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    """How the Ray Data stages share a node's CPUs.
+    """CPU encoder actors. (Accelerator encoders and the CPU stages are sized by
+    pipeline.accelerators.plan_encoders from the cluster.)
 
-    The encoder actor gets a whole CPU because XLA's CPU backend spreads one
-    program over every core it can find; extraction and tokenisation get what
-    is left so they overlap with encoding instead of waiting for it.
+    A CPU encoder actor requests one CPU although XLA's CPU backend spreads one
+    program over every core it can find: the CPU stages share the rest of the
+    node's accounting and overlap with encoding instead of waiting for it.
     """
 
-    extract_cpus: float = 0.5
-    tokenize_cpus: float = 0.5
-    tokenize_actors: int = 1
     encode_cpus: float = 1.0  # per CPU encoder actor
     encode_actors: int | None = None  # CPU encoder actors; None: one per node
 

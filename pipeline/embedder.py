@@ -8,6 +8,10 @@ from pipeline import model as model_dir
 from pipeline.encoder import Encoder, EncoderConfig
 from pipeline.tokenizer import Tokenizer
 
+# A handful of texts at a time: a call's last batch may shrink to a single row
+# (of each data shard), so embedding 3 texts does not compute 8.
+INTERACTIVE_TAIL_HALVINGS = 16
+
 
 class Embedder:
     """Texts -> embeddings with the same tokenizer, weights and compiled encoder as the job.
@@ -24,7 +28,7 @@ class Embedder:
     def load(cls, model: str | None = None, **encoder_options) -> "Embedder":
         """`model`: a model directory, or None for the bundled default. Options: see `EncoderConfig`."""
         spec = model_dir.resolve(model)
-        encoder = Encoder(spec, EncoderConfig(**encoder_options), shrink_tail=True)
+        encoder = Encoder(spec, EncoderConfig(**encoder_options), tail_halvings=INTERACTIVE_TAIL_HALVINGS)
         return cls(encoder, Tokenizer(spec.path / "tokenizer.json"))
 
     @property

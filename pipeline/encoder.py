@@ -116,10 +116,11 @@ class Encoder:
         spec: ModelSpec,
         cfg: EncoderConfig = EncoderConfig(),
         *,
-        shrink_tail: bool = False,
+        tail_halvings: int = BatchingConfig.tail_halvings,
         devices: Sequence[jax.Device] | None = None,
     ):
-        """`devices`: what the mesh is laid over; default this process's local devices."""
+        """`devices`: what the mesh is laid over; default this process's local devices.
+        `tail_halvings`: how far a call's last partial batch may shrink (see BatchingConfig)."""
         self.spec = spec
         self.cfg = cfg
         devices = jax.local_devices() if devices is None else devices
@@ -141,7 +142,7 @@ class Encoder:
         self.batching = BatchingConfig(
             max_seq_len=spec.max_seq_length,
             batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE.get(devices[0].platform, 8),
-            shrink_tail=shrink_tail,
+            tail_halvings=tail_halvings,
             row_multiple=sharding.axis_size(self.mesh, rules, "batch"),
         )
         embed = functools.partial(

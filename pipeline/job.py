@@ -20,14 +20,16 @@ import ray
 from kernels.attention import IMPLS as attention_impls
 from pipeline import model as model_dir
 from pipeline import resume, sink
-from pipeline.accelerators import plan_encoders
+from pipeline.accelerators import EncoderPlacement, plan_encoders
 from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
+from pipeline.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.report import ProgressLine, RunReport
 from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.shards import ShardFields
 from pipeline.sources import list_inputs, plan_groups, work_blocks
+from pipeline.stage_stats import StageTable
 from pipeline.storage import redact
 from pipeline.stages import ChunkBlock, EncodeBlock, extract_block
 from pipeline.tokenizer import Tokenizer
@@ -35,24 +37,40 @@ from pipeline.tokenizer import Tokenizer
 log = logging.getLogger("docembed")
 
 # Rows per block handed to each stage. Extraction blocks stay small so that one
-# slow PDF delays few others; encoder blocks are large so that length buckets fill.
+# slow PDF delays few others.
 EXTRACT_BATCH = 4
 CHUNK_BATCH = 16
-ENCODE_BATCH = 1024
+# Full encoder batches per encoder call: enough that length buckets fill and a
+# call's partial tail is small beside them, few enough that encoding starts
+# while extraction still runs (a call waits until its rows have arrived).
+ENCODE_CALL_BATCHES = 16
+
+
+def encode_call_rows(placement: EncoderPlacement, encoder: EncoderConfig) -> int:
+    """Chunk rows per encoder call: ENCODE_CALL_BATCHES batches at full length on the actor's devices."""
+    per_device = encoder.batch_size or DEFAULT_BATCH_SIZE[placement.kind]
+    return ENCODE_CALL_BATCHES * per_device * placement.devices_per_actor
 
 
 @ray.remote(num_cpus=0)
 class RunStats:
-    """Collects the encoder actors' cumulative counters while the job runs."""
+    """Collects the encoder actors' cumulative counters and every worker's stage times while the job runs."""
 
     def __init__(self):
         self.encoders: dict[str, tuple] = {}
+        self.stage_table = StageTable()
 
     def report_encoder(self, name, totals, compiled_shapes):
         self.encoders[name] = (totals, compiled_shapes)
 
-    def snapshot(self) -> dict[str, tuple]:
+    def add_stages(self, increments):
+        self.stage_table.add(increments)
+
+    def encoders_snapshot(self) -> dict[str, tuple]:
         return self.encoders
+
+    def stages(self) -> StageTable:
+        return self.stage_table
 
 
 def _init_ray() -> None:
@@ -105,8 +123,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     todo = [g for g in groups if g.id not in state.done]
     stats = RunStats.remote()
     if todo:
-        _run_groups(cfg, spec, chunking, extract, placement, todo, fields, manifest, stats, report, ledger)
-    report.finish(time.time() - started, ray.get(stats.snapshot.remote()))
+        _run_groups(cfg, spec, chunking, extract, placement, todo, fields, manifest, stats, report, ledger, started)
+    report.finish(time.time() - started, ray.get(stats.encoders_snapshot.remote()), ray.get(stats.stages.remote()))
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
         raise RuntimeError(
@@ -124,9 +142,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(cfg, spec, chunking, extract, placement, groups, fields, manifest, stats, report, ledger) -> None:
+def _run_groups(cfg, spec, chunking, extract, placement, groups, fields, manifest, stats, report, ledger, started) -> None:
     """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
-    res = cfg.resources
     # Many small input blocks (not a repartition, which would need a CPU of its own
     # while the actor pools hold theirs) so extraction spreads over workers; a
     # block never mixes groups, and a shard is one block that streams out many.
@@ -135,37 +152,37 @@ def _run_groups(cfg, spec, chunking, extract, placement, groups, fields, manifes
         ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
         .map_batches(
             extract_block,
-            fn_kwargs={"fields": fields, "extract": extract},
+            fn_kwargs={"fields": fields, "extract": extract, "stats": stats},
             batch_size=None,
             batch_format="pyarrow",
-            num_cpus=res.extract_cpus,
+            num_cpus=placement.stage_cpus,
         )
         .map_batches(
             ChunkBlock,
-            fn_constructor_args=(cfg.model, chunking),
+            fn_constructor_args=(cfg.model, chunking, stats),
             batch_size=CHUNK_BATCH,
             batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=res.tokenize_actors),
-            num_cpus=res.tokenize_cpus,
+            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
+            num_cpus=placement.stage_cpus,
         )
         .map_batches(
             EncodeBlock,
             fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats, cfg.profile),
-            batch_size=ENCODE_BATCH,
+            batch_size=encode_call_rows(placement, cfg.encoder),
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=placement.actors),
             **placement.ray_remote_args,
         )
         .map_batches(
             sink.write_block,
-            fn_args=(cfg.output, metadata),
+            fn_args=(cfg.output, metadata, stats),
             batch_size=None,
             batch_format="pyarrow",
-            num_cpus=res.extract_cpus,
+            num_cpus=placement.stage_cpus,
         )
     )
     try:
-        progress = ProgressLine()
+        progress = ProgressLine(started=started, stages=lambda: ray.get(stats.stages.remote()))
         for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             rows = summary.to_pylist()
             report.add_summaries(rows)

@@ -78,12 +78,26 @@ def _parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jobs/embed.py", description=description, argument_default=argparse.SUPPRESS)
     p.add_argument("--config", metavar="YAML", help="read options from a YAML file; flags override it")
     for o in OPTIONS:
-        if o.type is bool:
-            p.add_argument(o.flag, action="store_true", help=o.help)
-        else:
-            p.add_argument(o.flag, type=o.type, help=o.help, metavar=o.metavar, choices=o.choices or None,
-                           action="append" if o.repeated else "store")
+        _add_argument(p, o)
     return p
+
+
+def add_job_options(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> None:
+    """The job's options named by `keys`, with their defaults, for tools beside the job (jobs/plan.py)."""
+    for key in keys:
+        _add_argument(parser, _BY_KEY[key], standalone=True)
+
+
+def _add_argument(p: argparse.ArgumentParser, o: Option, *, standalone: bool = False) -> None:
+    """`standalone`: the parser applies the default and `required` itself (no YAML file beneath it)."""
+    extra = {"default": o.default} if standalone else {}
+    if o.type is bool:
+        p.add_argument(o.flag, action="store_true", help=o.help, **extra)
+        return
+    if standalone:
+        extra["required"] = o.required
+    p.add_argument(o.flag, type=o.type, help=o.help, metavar=o.metavar, choices=o.choices or None,
+                   action="append" if o.repeated else "store", **extra)
 
 
 def _check_value(o: Option, value: Any, where: str) -> Any:
@@ -117,6 +131,23 @@ def read_config_file(path: str) -> dict[str, Any]:
     return values
 
 
+def encoder_config(values: dict[str, Any]) -> EncoderConfig:
+    """The encoder's options, by key, -> EncoderConfig."""
+    return EncoderConfig(
+        dtype=values["dtype"],
+        attention=values["attention"],
+        batch_size=values["batch_size"],
+        mesh=parse_mesh(values["mesh"]) if values["mesh"] else (),
+    )
+
+
+def extract_config(values: dict[str, Any]) -> ExtractConfig:
+    """The extraction options, by key, -> ExtractConfig."""
+    return ExtractConfig(
+        pdf_extractor=values["pdf_extractor"], timeout_s=values["extract_timeout"], memory_mib=values["extract_memory"]
+    )
+
+
 def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
     """Command line (and its --config file) -> the validated JobConfig."""
     typed = vars(_parser(description).parse_args(argv))
@@ -131,17 +162,8 @@ def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
         model=values["model"],
         max_tokens=values["max_tokens"],
         overlap=values["overlap"],
-        encoder=EncoderConfig(
-            dtype=values["dtype"],
-            attention=values["attention"],
-            batch_size=values["batch_size"],
-            mesh=parse_mesh(values["mesh"]) if values["mesh"] else (),
-        ),
-        extract=ExtractConfig(
-            pdf_extractor=values["pdf_extractor"],
-            timeout_s=values["extract_timeout"],
-            memory_mib=values["extract_memory"],
-        ),
+        encoder=encoder_config(values),
+        extract=extract_config(values),
         resources=Resources(encode_actors=values["encoders"]),
         accelerator=values["accelerator"],
         compile_cache=values["compile_cache"] or None,

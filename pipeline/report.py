@@ -12,6 +12,7 @@ from pipeline.config import JobConfig
 from pipeline.encoder import EncodeStats
 from pipeline.model import ModelSpec
 from pipeline.sandbox import ExtractConfig
+from pipeline.stage_stats import StageTable
 
 
 @dataclasses.dataclass
@@ -29,6 +30,7 @@ class RunReport:
     wall_seconds: float = 0.0
     encode: EncodeStats = dataclasses.field(default_factory=EncodeStats)
     compiled_shapes: dict[str, list] = dataclasses.field(default_factory=dict)
+    stages: StageTable = dataclasses.field(default_factory=StageTable)
     finished_at: str = ""
 
     @classmethod
@@ -57,8 +59,9 @@ class RunReport:
             self.tokens += row["tokens"]
             self.error_types.update(json.loads(row["error_types"]))
 
-    def finish(self, wall_seconds: float, encoders: dict[str, tuple]) -> None:
+    def finish(self, wall_seconds: float, encoders: dict[str, tuple], stages: StageTable) -> None:
         self.wall_seconds = wall_seconds
+        self.stages = stages
         self.finished_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for name, (totals, shapes) in encoders.items():
             self.encode.add(totals)
@@ -91,6 +94,8 @@ class RunReport:
             "padding_efficiency": round(self.padding_efficiency, 4),
             "encoder_batches": self.encode.batches,
             "compiled_shapes": self.compiled_shapes,
+            "stages": self.stages.to_json(self.wall_seconds),
+            "bottleneck": self.stages.bottleneck(self.wall_seconds),
             "finished_at": self.finished_at,
         }
 
@@ -103,6 +108,7 @@ class RunReport:
             f"  throughput {t['tokens_per_s']:.0f} tokens/s, {t['docs_per_s']:.2f} docs/s; "
             f"padding efficiency {self.padding_efficiency:.1%}; "
             f"compiled shapes per encoder {[len(s) for s in self.compiled_shapes.values()]}",
+            f"  {self.stages.line(self.wall_seconds)}",
             f"  model {self.model_id} (fingerprint {self.model_fingerprint})",
         ]
         if self.error_types:
@@ -114,13 +120,15 @@ class ProgressLine:
     """A line for a person watching `ray job logs`, at most every `every_s` seconds.
 
     Ray Data's own progress shows each operator; this line says what the job as
-    a whole has done: documents and tokens per second, errors so far, and an ETA
-    from the fraction of the work that is finished.
+    a whole has done: documents and tokens per second, errors so far, an ETA
+    from the fraction of the work that is finished, and how busy each stage is.
+    `stages` fetches the run's StageTable so far (only when a line is due).
     """
 
-    def __init__(self, every_s: float = 10.0, clock=time.monotonic, emit=print):
-        self.every_s, self.clock, self.emit = every_s, clock, emit
-        self.started = self.last = clock()
+    def __init__(self, every_s: float = 10.0, clock=time.time, emit=print, started: float | None = None, stages=None):
+        self.every_s, self.clock, self.emit, self.stages = every_s, clock, emit, stages
+        self.last = clock()
+        self.started = self.last if started is None else started
 
     def update(self, report: RunReport, done_fraction: float, *, force: bool = False) -> None:
         now = self.clock()
@@ -134,7 +142,10 @@ class ProgressLine:
             eta = f"{elapsed * (1 - done_fraction) / done_fraction:.0f}s"
         elif done_fraction >= 1:
             eta = "0s"
-        self.emit(
+        line = (
             f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), {report.tokens} tokens; "
-            f"{docs / elapsed:.1f} docs/s, {report.tokens / elapsed:,.0f} tokens/s; ETA {eta}",
+            f"{docs / elapsed:.1f} docs/s, {report.tokens / elapsed:,.0f} tokens/s; ETA {eta}"
         )
+        if self.stages is not None:
+            line += f"; {self.stages().line(elapsed)}"
+        self.emit(line)

@@ -69,7 +69,10 @@ class SandboxError(RuntimeError):
 
 
 class Sandbox:
-    """One child process extracting one document at a time; restarted after a document kills it."""
+    """One child process extracting one document at a time; restarted after a document kills it.
+
+    Not thread-safe: one caller at a time, as in a Ray worker or actor.
+    """
 
     def __init__(self, cfg: ExtractConfig):
         self.cfg = cfg
@@ -151,8 +154,8 @@ class Sandbox:
 def process_sandbox(cfg: ExtractConfig) -> Sandbox:
     """This process's sandbox for `cfg`, started on first use and kept for the process's life.
 
-    The extraction stage runs as Ray tasks, and Ray reuses a worker process for
-    many tasks, so the child's start-up (about 0.3 s) is paid once per worker.
+    The extraction stage runs in long-lived Ray actor or worker processes, so
+    the child's start-up (0.1-0.2 s) is paid once per process, not per block.
     """
     return Sandbox(cfg)
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline import storage
 from pipeline.errors import OutputError, StorageError
+from pipeline.stage_stats import StageClock
 from pipeline.storage import filesystem_for, redact
 
 EMBEDDINGS_DIR = "embeddings"
@@ -112,13 +113,20 @@ def part_name(group: str, table: pa.Table) -> str:
     return f"part-{group}-{digest}.parquet"
 
 
-def write_block(batch: pa.Table, output: str, metadata: dict[str, str] | None = None) -> pa.Table:
-    """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary row per group in `batch`."""
-    fs, root = filesystem_for(output)
-    summaries = []
-    for group in pc.unique(batch.column("group")).to_pylist():
-        rows = batch.filter(pc.equal(batch.column("group"), group))
-        summaries.append(_write_group(fs, root, group, rows, metadata or {}))
+def write_block(batch: pa.Table, output: str, metadata: dict[str, str] | None = None, stats=None) -> pa.Table:
+    """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary row per group in `batch`.
+
+    `stats`: a RunStats handle that gets the time this took.
+    """
+    clock = StageClock(stats)
+    with clock.timing("write") as counts:
+        fs, root = filesystem_for(output)
+        summaries = []
+        for group in pc.unique(batch.column("group")).to_pylist():
+            rows = batch.filter(pc.equal(batch.column("group"), group))
+            summaries.append(_write_group(fs, root, group, rows, metadata or {}))
+        counts.update(rows=batch.num_rows, parts=sum(len(s["parts"]) for s in summaries))
+    clock.send()
     return pa.Table.from_pylist(summaries, schema=SUMMARY_SCHEMA)
 
 

@@ -22,6 +22,7 @@ from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
 from pipeline.sandbox import ExtractConfig, SandboxError, process_sandbox
 from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
+from pipeline.stage_stats import StageClock
 from pipeline.storage import read_many
 from pipeline.tokenizer import Tokenizer
 
@@ -79,52 +80,69 @@ SHARD_BLOCK = 64  # documents per block handed on from a shard
 
 
 def extract_block(
-    batch: pa.Table, fields: ShardFields = ShardFields(), extract: ExtractConfig = ExtractConfig()
+    batch: pa.Table, fields: ShardFields = ShardFields(), extract: ExtractConfig = ExtractConfig(), stats=None
 ) -> Iterator[pa.Table]:
     """Input rows (doc_id, kind, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
     PDFs are parsed in this process's sandbox (`pipeline.sandbox`) within
     `extract`'s time and memory bounds; text files are decoded here, which is
-    linear in their size and cannot hang.
+    linear in their size and cannot hang. `stats`: a RunStats handle that gets
+    this block's read and extract times.
 
-    A function run as Ray tasks rather than a class in an actor pool: Ray reuses
-    a worker process for many tasks, so the sandbox's child process lives as long
-    as the worker, while extraction keeps the task scheduling that spreads it over
-    whatever CPUs are free, CPU-only nodes included, and holds no CPU when idle
-    (an actor pool would, and on two cores it would starve the writer tasks).
+    A function using its process's sandbox rather than a class owning one: Ray
+    Data fuses this stage into the CPU stages' actors (pipeline.job), long-lived
+    processes, and where it runs as tasks Ray reuses worker processes; either way
+    the sandbox's child starts once per process and lives as long as it. And the
+    stage stays a plain call without Ray (pipeline.plan, tests).
     """
+    clock = StageClock(stats)
     rows = []
     items = batch.to_pylist()
-    # The block's files are fetched side by side: object storage is latency-bound.
-    contents = iter(read_many([r["doc_id"] for r in items if r["kind"] not in SHARD_KINDS]))
+    with clock.timing("read") as counts:
+        # The block's files are fetched side by side: object storage is latency-bound.
+        contents = read_many([r["doc_id"] for r in items if r["kind"] not in SHARD_KINDS])
+        counts["docs"] += len(contents)
+        counts["bytes"] += sum(len(data) for data in contents if isinstance(data, bytes))
+    contents = iter(contents)
     for row in items:
         group = {name: row[name] for name in _GROUP_NAMES}
         if row["kind"] in SHARD_KINDS:
-            yield from _shard_blocks(row["doc_id"], row["kind"], group["group"], fields)
+            yield from _shard_blocks(row["doc_id"], row["kind"], group["group"], fields, clock)
             continue
         doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None, **group}
         data = next(contents)
         if isinstance(data, Exception):
             rows.append(_error(doc, "read", type(data).__name__, str(data)))
             continue
-        try:
-            pages = process_sandbox(extract).extract_pages(data, "pdf") if row["kind"] == "pdf" else extract_pages(data, "text")
-            rows.append({**doc, "pages": pages})
-        except DocumentError as e:
-            rows.append(_error(doc, "extract", e.error_type, str(e)))
-        except SandboxError:
-            raise  # not this document's fault: every document after it would fail the same way
-        except Exception as e:  # one document's failure must never take its batch mates down
-            rows.append(_error(doc, "extract", type(e).__name__, str(e)))
+        with clock.timing("extract") as counts:
+            counts["docs"] += 1
+            try:
+                if row["kind"] == "pdf":
+                    pages = process_sandbox(extract).extract_pages(data, "pdf")
+                else:
+                    pages = extract_pages(data, "text")
+                counts["pages"] += len(pages)
+                counts["chars"] += sum(map(len, pages))
+                rows.append({**doc, "pages": pages})
+            except DocumentError as e:
+                rows.append(_error(doc, "extract", e.error_type, str(e)))
+            except SandboxError:
+                raise  # not this document's fault: every document after it would fail the same way
+            except Exception as e:  # one document's failure must never take its batch mates down
+                rows.append(_error(doc, "extract", type(e).__name__, str(e)))
+    clock.send()
     if rows:
         yield pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
 
 
-def _shard_blocks(uri: str, kind: str, group: str, fields: ShardFields) -> Iterator[pa.Table]:
-    """One shard's document rows in blocks; the last row carries the shard's document count."""
+def _shard_blocks(uri: str, kind: str, group: str, fields: ShardFields, clock: StageClock) -> Iterator[pa.Table]:
+    """One shard's document rows in blocks; the last row carries the shard's document count.
+
+    Reading a shard is its documents' read stage (parsing jsonl or Parquet is the extraction).
+    """
     block, count, previous = [], 0, None
-    for doc in iter_shard(uri, kind, fields):
+    for doc in _timed_reads(iter_shard(uri, kind, fields), clock):
         if previous is not None:
             block.append(previous)
             if len(block) == SHARD_BLOCK:
@@ -134,16 +152,29 @@ def _shard_blocks(uri: str, kind: str, group: str, fields: ShardFields) -> Itera
         previous = {"kind": "text", "pages": None, **doc, "group": group, "group_docs": None}
     previous["group_docs"] = count  # iter_shard yields at least one row, an error row for an empty shard
     block.append(previous)
+    clock.send()
     yield pa.Table.from_pylist(block, schema=DOC_SCHEMA)
+
+
+def _timed_reads(docs: Iterator[dict], clock: StageClock) -> Iterator[dict]:
+    """`docs`, with the time spent producing each one (not the consumer's) counted as reading."""
+    while True:
+        with clock.timing("read") as counts:
+            doc = next(docs, None)
+            if doc is None:
+                return
+            counts["docs"] += 1
+        yield doc
 
 
 class ChunkBlock:
     """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once."""
 
-    def __init__(self, model: str | None, chunking: ChunkingConfig):
+    def __init__(self, model: str | None, chunking: ChunkingConfig, stats=None):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
         self.tokenizer = Tokenizer(model_dir.local_dir(model) / "tokenizer.json")
         self.chunking = chunking
+        self.clock = StageClock(stats)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
@@ -160,19 +191,25 @@ class ChunkBlock:
                 continue
             n = None if _is_error(chunks[0]) else len(chunks)
             rows.extend({**chunk, **group, "doc_chunks": n} for chunk in chunks)
+        self.clock.send()
         return pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
 
     def _chunks(self, doc: dict) -> list[dict]:
-        text, page_starts = join_pages(doc["pages"])
-        encoding = self.tokenizer.encode_content([text])[0]
+        with self.clock.timing("tokenise") as counts:
+            text, page_starts = join_pages(doc["pages"])
+            encoding = self.tokenizer.encode_content([text])[0]
+            counts["docs"] += 1
+            counts["tokens"] += len(encoding.ids)
         if all(i == self.tokenizer.unk_id for i in encoding.ids):
             # Nothing, or only unknown words: 10 million characters without whitespace are
             # one [UNK], whose embedding says nothing of the text.
             message = f"text yields no tokens the model knows ({len(encoding.ids)} unknown)"
             return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
-        chunks = chunk_document(
-            text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
-        )
+        with self.clock.timing("chunk") as counts:
+            chunks = chunk_document(
+                text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
+            )
+            counts["chunks"] += len(chunks)
         return [
             {
                 "doc_id": doc["doc_id"],
@@ -202,6 +239,7 @@ class EncodeBlock:
         self.encoder = Encoder(model_dir.resolve(model), encoder)
         self.schema = embedded_schema(self.encoder.spec.dim)
         self.stats = stats  # a RunStats actor handle, or None
+        self.clock = StageClock(stats)
         self.totals = EncodeStats()
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.profile_dir = None if profile is None else os.path.join(profile, self.name.replace(":", "-"))
@@ -218,7 +256,10 @@ class EncodeBlock:
         ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
         ok_idx = ok.nonzero()[0]
         token_ids = batch.column("token_ids").take(ok_idx).to_pylist()
-        emb_ND, stats = self.encoder.encode_ids(token_ids)
+        with self.clock.timing("encode") as counts:
+            emb_ND, stats = self.encoder.encode_ids(token_ids)
+            counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
+        self.clock.send()
         self.totals.add(stats)
         if self.stats is not None:
             self.stats.report_encoder.remote(self.name, self.totals, sorted(self.encoder.compiled_shapes))

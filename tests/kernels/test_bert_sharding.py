@@ -65,7 +65,7 @@ def measure_on_8_devices() -> dict:
     unsharded = jax.jit(lambda p, i, n: bert.pool(bert.forward(p, i, n, spec.bert), n, mode=spec.pooling,
                                                    normalize=spec.normalize))
     expected = np.empty((len(texts), spec.dim), np.float32)
-    for batch in plan_batches(ids, BatchingConfig(spec.max_seq_length, BATCH_SIZE, shrink_tail=True)):
+    for batch in plan_batches(ids, BatchingConfig(spec.max_seq_length, BATCH_SIZE)):
         expected[batch.rows] = np.asarray(unsharded(params, batch.ids_BT, batch.lengths_B))[: len(batch.rows)]
 
     meshes = {}

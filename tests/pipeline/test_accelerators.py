@@ -10,7 +10,7 @@ import ray
 
 from support import SAMPLES
 from pipeline import JobConfig, run_job
-from pipeline.accelerators import plan_encoders
+from pipeline.accelerators import ACCELERATOR_HOST_CPUS, plan_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
 
@@ -23,7 +23,16 @@ def test_one_actor_per_tpu_host_owning_all_its_chips():
     nodes = [node(), node(TPU=4), node(TPU=4), {"Alive": False, "Resources": {"TPU": 4}}]
     placement = plan_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
     assert placement.kind == "tpu" and placement.actors == 2
-    assert placement.ray_remote_args["resources"] == {"TPU": 4}
+    assert placement.ray_remote_args == {"resources": {"TPU": 4}, "num_cpus": ACCELERATOR_HOST_CPUS}
+    # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept for writers.
+    assert placement.stage_cpus == 1.0 and placement.max_cpu_actors == 24 - 2 * ACCELERATOR_HOST_CPUS - 1
+
+
+def test_cpu_stages_overlap_a_cpu_encoder_and_too_few_cpus_fail_fast():
+    laptop = plan_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
+    assert (laptop.stage_cpus, laptop.max_cpu_actors) == (0.5, 1)
+    with pytest.raises(ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"):
+        plan_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
 
 
 def test_gpu_one_actor_per_gpu_and_cpu_one_per_node():
@@ -44,7 +53,8 @@ def test_missing_accelerator_fails_fast(kind):
 
 @pytest.fixture(scope="module")
 def ray_with_tpu():
-    ray.init(num_cpus=2, resources={"TPU": 4}, include_dashboard=False, log_to_driver=False)
+    # CPUs are Ray's accounting here: the TPU encoder reserves 2, the CPU stages take one each.
+    ray.init(num_cpus=4, resources={"TPU": 4}, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -19,21 +19,31 @@ def test_every_sequence_lands_once_in_a_static_shape():
     shapes = set()
     for batch in plan_batches(seqs, cfg):
         shapes.add(batch.ids_BT.shape)
-        assert batch.ids_BT.shape[0] == cfg.rows_for(batch.ids_BT.shape[1])
+        full_rows = cfg.rows_for(batch.ids_BT.shape[1])
+        assert batch.ids_BT.shape[0] in (full_rows, full_rows // 2, full_rows // 4)
         for r, i in enumerate(batch.rows):
             n = len(seqs[i])
             assert batch.lengths_B[r] == n
             assert list(batch.ids_BT[r, :n]) == seqs[i] and not batch.ids_BT[r, n:].any()
         seen.extend(batch.rows.tolist())
     assert sorted(seen) == list(range(300))
-    assert shapes <= {(32, 32), (16, 64), (8, 128), (4, 256)}
+    assert {shape for shape in shapes if shape[0] == cfg.rows_for(shape[1])} <= {(32, 32), (16, 64), (8, 128), (4, 256)}
 
 
-def test_shrink_tail_pads_rows_to_a_power_of_two():
-    cfg = BatchingConfig(max_seq_len=256, batch_size=32, shrink_tail=True)
-    (batch,) = plan_batches([[1, 2, 3]] * 3, cfg)
-    assert batch.ids_BT.shape == (4, 32) and len(batch.rows) == 3
-    assert batch.real_tokens == 9
+def test_a_partial_batch_is_cut_into_halves_and_quarters():
+    cfg = BatchingConfig(max_seq_len=256, batch_size=8)  # 8 rows at 256, quantum 2
+    seqs = [[7] * 200] * 21
+    shapes = [b.ids_BT.shape for b in plan_batches(seqs, cfg)]
+    assert shapes == [(8, 256), (8, 256), (4, 256), (2, 256)]  # 5 left: 4, then 1 in a batch of 2
+    assert [cfg.tail_rows(256, n) for n in range(1, 9)] == [2, 2, 4, 4, 4, 4, 8, 8]
+
+
+def test_tail_halvings_bound_the_smallest_shape():
+    seqs = [[1, 2, 3]] * 3
+    (whole,) = plan_batches(seqs, BatchingConfig(max_seq_len=256, batch_size=32, tail_halvings=0))
+    assert whole.ids_BT.shape == (256, 32)
+    small = [b.ids_BT.shape for b in plan_batches(seqs, BatchingConfig(max_seq_len=256, batch_size=32, tail_halvings=16))]
+    assert small == [(2, 32), (1, 32)]
 
 
 def test_too_long_and_bad_sizes_are_refused():
@@ -55,5 +65,6 @@ def test_leftovers_of_short_buckets_ride_in_spare_rows():
 def test_rows_split_evenly_over_the_data_axis():
     cfg = BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8)
     assert cfg.rows_for(256) == 32 and cfg.rows_for(32) == 256
-    (batch,) = plan_batches([[1, 2]] * 3, BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8, shrink_tail=True))
+    tail = BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8, tail_halvings=16)
+    (batch,) = plan_batches([[1, 2]] * 3, tail)
     assert batch.ids_BT.shape == (8, 32)

@@ -14,6 +14,9 @@ from support import (
     SAMPLES, decompression_bomb_pdf, deeply_nested_pdf, encrypt, form_fanout_pdf, page_tree_loop_pdf, text_pdf,
 )
 from pipeline import Embedder, JobConfig, run_job
+from pipeline.accelerators import plan_encoders
+from pipeline.encoder import EncoderConfig
+from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 from pipeline.sandbox import ExtractConfig
 
@@ -130,6 +133,29 @@ def test_success_report(finished):
     assert json.loads((out / "_SUCCESS").read_text()) == success
 
 
+def test_success_names_each_stage_and_the_bottleneck(finished):
+    out, _ = finished
+    success = read_report(str(out))
+    stages = success["stages"]
+    assert set(stages) == {"read", "extract", "tokenise", "chunk", "encode", "write"}
+    counts = success["counts"]
+    assert stages["read"]["docs"] == counts["inputs"]
+    assert stages["extract"]["docs"] == counts["inputs"] and stages["extract"]["pages"] > 0
+    assert stages["chunk"]["chunks"] == stages["encode"]["chunks"] == counts["chunks"]
+    assert stages["encode"]["tokens"] == counts["tokens"]
+    assert stages["write"]["rows"] == counts["chunks"] + counts["docs_failed"]
+    for stage in stages.values():
+        assert stage["workers"] >= 1 and stage["busy_s"] > 0
+        assert 0 < stage["utilisation"] <= 1.05  # clocks of different processes: a little slack
+    assert success["bottleneck"] in stages
+
+
+def test_demo_corpus_pads_little_and_compiles_few_programs(ray_local, tmp_path):
+    report = run_job(JobConfig(inputs=(str(SAMPLES),), output=str(tmp_path / "out")))
+    assert report.padding_efficiency >= 0.85
+    assert max(map(len, report.compiled_shapes.values())) <= 6
+
+
 def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
     out, _ = finished
     before = sorted(p.name for p in (out / "embeddings").iterdir())
@@ -152,6 +178,8 @@ def test_real_pdf_corpus(ray_local, corpus, tmp_path):
     emb = embedding_matrix(read_table(str(tmp_path / "out")))
     assert np.isfinite(emb).all()
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-4)
+    assert report.padding_efficiency >= 0.85
+    assert max(map(len, report.compiled_shapes.values())) <= 6
 
 
 def _hostile_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str | None]]:
@@ -203,3 +231,12 @@ def test_hostile_documents_cost_only_themselves(ray_local, real_pdf, tmp_path):
     assert samples - embedded == {str(root / "samples" / "pdf" / "libreoffice-writer-password.pdf")}
     pages = chunks.filter(pa.compute.ends_with(chunks.column("doc_id"), "2000-pages.pdf")).column("page_end")
     assert pa.compute.max(pages).as_py() == 2000
+
+
+def test_encoder_calls_hold_a_fixed_number_of_full_batches():
+    nodes = [{"Alive": True, "Resources": {"CPU": 240, "TPU": 4}}]
+    tpu = plan_encoders("tpu", nodes, cpu_actors=None, cpu_per_actor=1)
+    cpu = plan_encoders("cpu", nodes, cpu_actors=None, cpu_per_actor=1)
+    assert encode_call_rows(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
+    assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 8
+    assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2

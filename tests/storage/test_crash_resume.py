@@ -6,7 +6,7 @@ when the output reaches a chosen state. After every kill the output must hold no
 partial or unreadable Parquet file and no marker without its data; the next run
 resumes; the last one must match a clean run exactly.
 
-The drivers run with a small encoder batch (ENCODE_BATCH) so that this small
+The drivers run with small encoder calls (ENCODE_CALL_BATCHES) so that this small
 corpus is committed in many steps and each kill point falls inside the run.
 """
 
@@ -31,7 +31,7 @@ from pipeline.storage import filesystem_for, list_files, read_file
 GROUP = 2
 ARGS = ["--overlap", "16", "--group-size", str(GROUP)]
 DRIVER = (
-    "import sys; sys.path.insert(0, {repo!r}); import pipeline.job as job; job.ENCODE_BATCH = 16; "
+    "import sys; sys.path.insert(0, {repo!r}); import pipeline.job as job; job.ENCODE_CALL_BATCHES = 2; "
     "from jobs.embed import main; sys.exit(main(sys.argv[1:]))"
 )
 

@@ -1,0 +1,130 @@
+"""Busy time and counts per pipeline stage, so a run can name the stage that holds the others back.
+
+Every worker times its own calls of a stage with a `StageClock` and sends the
+increments to the run's collector (`RunStats` in pipeline.job). `StageTable`
+adds them up. A stage's utilisation is its busy time over its workers' share
+of the wall time: the stage nearest 100% is the bottleneck, and the others
+wait on it (their rate per busy second says how much headroom they have).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import math
+import os
+import socket
+import time
+from typing import Iterator
+
+# In data-flow order, with the unit each one's rate is quoted in.
+STAGE_UNITS = {
+    "read": "docs",
+    "extract": "pages",
+    "tokenise": "tokens",
+    "chunk": "chunks",
+    "encode": "tokens",
+    "write": "rows",
+}
+
+
+@dataclasses.dataclass
+class StageTotals:
+    busy_s: float = 0.0
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    workers: set[str] = dataclasses.field(default_factory=set)
+    # Wall-clock (time.time) start of the first call and end of the last one.
+    first: float = math.inf
+    last: float = -math.inf
+
+    def add(self, other: "StageTotals") -> None:
+        self.busy_s += other.busy_s
+        self.counts.update(other.counts)
+        self.workers |= other.workers
+        self.first, self.last = min(self.first, other.first), max(self.last, other.last)
+
+    @property
+    def span_s(self) -> float:
+        """From the stage's first call to its last: its steady-state window."""
+        return max(self.last - self.first, 0.0)
+
+
+class StageClock:
+    """One worker's timer: `with clock.timing("extract") as counts: ...; counts["pages"] += n`.
+
+    `collector` is where `send()` hands what was timed since the last send: a
+    RunStats actor handle in a job, a StageTable in this process (plans,
+    benchmarks), or None.
+    """
+
+    def __init__(self, collector=None):
+        self.collector = collector
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.pending: dict[str, StageTotals] = {}
+
+    @contextlib.contextmanager
+    def timing(self, stage: str) -> Iterator[collections.Counter]:
+        counts: collections.Counter = collections.Counter()
+        wall, started = time.time(), time.perf_counter()
+        try:
+            yield counts
+        finally:
+            busy = time.perf_counter() - started
+            call = StageTotals(busy, counts, {self.worker}, wall, wall + busy)
+            self.pending.setdefault(stage, StageTotals()).add(call)
+
+    def send(self) -> None:
+        if isinstance(self.collector, StageTable):
+            self.collector.add(self.pending)
+        elif self.collector is not None and self.pending:
+            self.collector.add_stages.remote(self.pending)
+        self.pending = {}
+
+
+class StageTable:
+    """The run's sum of every worker's stage clocks."""
+
+    def __init__(self):
+        self.stages: dict[str, StageTotals] = {}
+
+    def add(self, increments: dict[str, StageTotals]) -> None:
+        for stage, totals in increments.items():
+            self.stages.setdefault(stage, StageTotals()).add(totals)
+
+    def utilisation(self, stage: str, wall_s: float) -> float:
+        """Busy time over the time its workers had: 1.0 is a stage that never waited."""
+        totals = self.stages[stage]
+        return totals.busy_s / max(wall_s * len(totals.workers), 1e-9)
+
+    def bottleneck(self, wall_s: float) -> str | None:
+        return max(self.stages, key=lambda s: self.utilisation(s, wall_s), default=None)
+
+    def to_json(self, wall_s: float) -> dict:
+        out = {}
+        for stage in sorted(self.stages, key=_flow_order):
+            totals = self.stages[stage]
+            unit = STAGE_UNITS.get(stage, "calls")
+            out[stage] = {
+                "workers": len(totals.workers),
+                "busy_s": round(totals.busy_s, 3),
+                "span_s": round(totals.span_s, 3),
+                "utilisation": round(self.utilisation(stage, wall_s), 4),
+                f"{unit}_per_busy_s": round(totals.counts[unit] / max(totals.busy_s, 1e-9), 1),
+                **dict(totals.counts),
+            }
+        return out
+
+    def line(self, wall_s: float) -> str:
+        """'read 2%, extract 61%, ... encode 93% busy; bottleneck encode' for the progress line."""
+        if not self.stages:
+            return "stages: none started"
+        busy = ", ".join(
+            f"{s} {self.utilisation(s, wall_s):.0%}" for s in sorted(self.stages, key=_flow_order)
+        )
+        return f"stages busy: {busy}; bottleneck {self.bottleneck(wall_s)}"
+
+
+def _flow_order(stage: str) -> int:
+    order = list(STAGE_UNITS)
+    return order.index(stage) if stage in order else len(order)
