@@ -79,8 +79,10 @@ def _init_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=True)
     else:
-        # A laptop run: a private local Ray for this process only.
-        ray.init(include_dashboard=False, log_to_driver=True)
+        # A laptop run: a private local Ray for this process only. "local" starts
+        # one even when another Ray runs on this machine (plain ray.init() would
+        # join the most recently started one).
+        ray.init(address="local", include_dashboard=False, log_to_driver=True)
 
 
 def run(cfg: JobConfig) -> RunReport | None:
