@@ -1,6 +1,6 @@
 """End-to-end job throughput against the encoder alone on the same token windows.
 
-    .venv/bin/python bench/pipeline.py [--copies N] [--input DIR]
+    .venv/bin/python bench/pipeline.py [--copies N] [--input DIR] [--pdf-extractor NAME]
 
 The corpus is the bundled samples (or --input) copied N times, so that the
 job's fixed costs (Ray start, actor start, compilation) are spread as they are
@@ -27,8 +27,10 @@ sys.path.insert(0, str(REPO))
 from pipeline import JobConfig, run_job  # noqa: E402
 from pipeline.chunking import ChunkingConfig  # noqa: E402
 from pipeline.encoder import Encoder  # noqa: E402
+from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
 from pipeline.model import resolve  # noqa: E402
 from pipeline.plan import sample_cpu_stages  # noqa: E402
+from pipeline.sandbox import ExtractConfig  # noqa: E402
 from pipeline.shards import ShardFields  # noqa: E402
 
 
@@ -43,17 +45,22 @@ def main() -> None:
     p.add_argument("--input", type=Path, default=REPO / "samples")
     p.add_argument("--copies", type=int, default=20)
     p.add_argument("--overlap", type=int, default=32)
+    p.add_argument("--pdf-extractor", default="auto", choices=("auto", *PDF_EXTRACTORS))
     a = p.parse_args()
+    extractor = resolve_extractor(a.pdf_extractor)
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = corpus_copies(a.input, a.copies, Path(tmp) / "corpus")
         t = time.perf_counter()
-        report = run_job(JobConfig(inputs=(str(corpus),), output=str(Path(tmp) / "out"), overlap=a.overlap))
+        cfg = JobConfig(
+            inputs=(str(corpus),), output=str(Path(tmp) / "out"), overlap=a.overlap, extract=ExtractConfig(extractor)
+        )
+        report = run_job(cfg)
         job_wall = time.perf_counter() - t
 
         spec = resolve(None)
         chunking = ChunkingConfig(max_tokens=spec.max_seq_length, overlap=a.overlap)
-        windows = sample_cpu_stages([str(corpus)], report.inputs, None, chunking, ShardFields()).windows
+        windows = sample_cpu_stages([str(corpus)], report.inputs, None, chunking, ShardFields(), cfg.extract).windows
         tokens = sum(map(len, windows))
         assert tokens == report.tokens, f"the job encoded {report.tokens} tokens, the bench made {tokens}"
         encoder = Encoder(spec)
@@ -71,7 +78,8 @@ def main() -> None:
         "encoder alone, same windows, compiled": (encoder_wall, stats.real_tokens / stats.computed_tokens,
                                                   len(encoder.compiled_shapes)),
     }
-    print(f"corpus: {a.input} x{a.copies}: {report.inputs} inputs, {report.chunks} chunks, {tokens} tokens")
+    print(f"corpus: {a.input} x{a.copies}: {report.inputs} inputs, {report.chunks} chunks, {tokens} tokens; "
+          f"PDF extractor {extractor}")
     print(f"{'what':44s} {'seconds':>8s} {'tokens/s':>9s} {'padding eff.':>12s} {'programs':>8s}")
     for what, (seconds, padding, programs) in rates.items():
         print(f"{what:44s} {seconds:8.2f} {tokens / seconds:9,.0f} {padding:12.1%} {programs:8d}")

@@ -18,13 +18,13 @@ from pipeline import model as model_dir  # noqa: E402
 from pipeline import plan  # noqa: E402
 from pipeline.chunking import ChunkingConfig  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
-from pipeline.options import add_job_options, encoder_config  # noqa: E402
+from pipeline.options import add_job_options, encoder_config, extract_config  # noqa: E402
 from pipeline.shards import ShardFields  # noqa: E402
 from pipeline.tokenizer import Tokenizer  # noqa: E402
 
 # The job's options that shape what the CPU stages and the encoder do.
 JOB_OPTIONS = ("input", "model", "max_tokens", "overlap", "batch_size", "mesh", "dtype", "attention",
-               "id_field", "text_field")
+               "id_field", "text_field", "pdf_extractor", "extract_timeout", "extract_memory")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         chunking = ChunkingConfig(max_tokens=a.max_tokens or spec.max_seq_length, overlap=a.overlap)
         chunking.validate(tokenizer.n_special, spec.max_seq_length)
         fields = ShardFields(id=a.id_field, text=a.text_field)
-        sample = plan.sample_cpu_stages(a.input, a.sample_docs, a.model, chunking, fields)
+        sample = plan.sample_cpu_stages(a.input, a.sample_docs, a.model, chunking, fields, extract_config(vars(a)))
         if a.encoder_tokens_per_s:
             encoder = plan.EncoderRate(a.encoder_tokens_per_s, "given with --encoder-tokens-per-s")
         else:

@@ -6,8 +6,18 @@ Public API:
   run_job    runs the Ray Data job for a JobConfig
 """
 
-from pipeline.config import JobConfig
-from pipeline.embedder import Embedder
-from pipeline.job import run as run_job
+import importlib
 
 __all__ = ["Embedder", "JobConfig", "run_job"]
+
+# Loaded on first use (PEP 562): the extraction sandbox's child process imports
+# pipeline.extract and must not pay the seconds and memory of loading JAX.
+_EXPORTS = {"Embedder": ("pipeline.embedder", "Embedder"), "JobConfig": ("pipeline.config", "JobConfig"),
+            "run_job": ("pipeline.job", "run")}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
+    module, attr = _EXPORTS[name]
+    return getattr(importlib.import_module(module), attr)

@@ -7,6 +7,7 @@ import dataclasses
 from pipeline.accelerators import DEFAULT_COMPILE_CACHE
 from pipeline.encoder import EncoderConfig
 from pipeline.errors import ConfigError
+from pipeline.sandbox import ExtractConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,7 @@ class JobConfig:
     max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
     overlap: int = 32
     encoder: EncoderConfig = EncoderConfig()
+    extract: ExtractConfig = ExtractConfig()
     resources: Resources = Resources()
     accelerator: str = "auto"  # "auto", "tpu", "gpu" or "cpu": see pipeline.accelerators
     compile_cache: str | None = str(DEFAULT_COMPILE_CACHE)  # None: compile afresh in every actor

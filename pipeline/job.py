@@ -8,6 +8,7 @@ The driver only ever holds file names and per-block summary rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,7 @@ from pipeline.config import JobConfig
 from pipeline.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.report import ProgressLine, RunReport
 from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.extract import resolve_extractor
 from pipeline.shards import ShardFields
 from pipeline.sources import list_inputs, plan_groups, work_blocks
 from pipeline.stage_stats import StageTable
@@ -82,8 +84,10 @@ def _init_ray() -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=True)
     else:
-        # A laptop run: a private local Ray for this process only.
-        ray.init(include_dashboard=False, log_to_driver=True)
+        # A laptop run: a private local Ray for this process only. "local" starts
+        # one even when another Ray runs on this machine (plain ray.init() would
+        # join the most recently started one).
+        ray.init(address="local", include_dashboard=False, log_to_driver=True)
 
 
 def run(cfg: JobConfig) -> RunReport | None:
@@ -95,6 +99,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     chunking.validate(tokenizer.n_special, spec.max_seq_length)
     if cfg.encoder.attention not in ("auto", *attention_impls):
         raise ConfigError(f"unknown attention implementation {cfg.encoder.attention!r}; known: auto, {', '.join(attention_impls)}")
+    # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
+    extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
     inputs, skipped = list_inputs(list(cfg.inputs))
     if not inputs:
         raise InputError(
@@ -109,7 +115,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     )
     log.info("docembed: %s", placement.describe())
     # Only now, with every argument checked, is anything written.
-    manifest = resume.fingerprint(spec, chunking, cfg.encoder)
+    manifest = resume.fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     salt = f"{resume.FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
     groups = plan_groups(inputs, cfg.group_size, salt)
@@ -119,7 +125,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     if state.done:
         log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
     ledger = resume.Ledger(cfg.output, groups, state)
-    report = RunReport.start(cfg, spec, chunking, inputs=len(inputs), skipped=skipped)
+    report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
     todo = [g for g in groups if g.id not in state.done]
     # On the driver's node: the job outlives any other node, and so must the counters.
@@ -127,7 +133,7 @@ def run(cfg: JobConfig) -> RunReport | None:
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     ).remote()
     if todo:
-        _run_groups(cfg, spec, chunking, placement, todo, fields, manifest, stats, report, ledger, started)
+        _run_groups(cfg, spec, chunking, extract, placement, todo, fields, manifest, stats, report, ledger, started)
     report.finish(time.time() - started, ray.get(stats.encoders_snapshot.remote()), ray.get(stats.stages.remote()))
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
@@ -146,7 +152,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats, report, ledger, started) -> None:
+def _run_groups(cfg, spec, chunking, extract, placement, groups, fields, manifest, stats, report, ledger, started) -> None:
     """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
     # Many small input blocks (not a repartition, which would need a CPU of its own
     # while the actor pools hold theirs) so extraction spreads over workers; a
@@ -156,7 +162,7 @@ def _run_groups(cfg, spec, chunking, placement, groups, fields, manifest, stats,
         ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
         .map_batches(
             extract_block,
-            fn_kwargs={"fields": fields, "stats": stats},
+            fn_kwargs={"fields": fields, "extract": extract, "stats": stats},
             batch_size=None,
             batch_format="pyarrow",
             num_cpus=placement.stage_cpus,

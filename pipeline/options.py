@@ -18,6 +18,8 @@ from pipeline.accelerators import ACCELERATORS, DEFAULT_COMPILE_CACHE
 from pipeline.config import JobConfig, Resources
 from pipeline.encoder import DTYPES, EncoderConfig, parse_mesh
 from pipeline.errors import ConfigError
+from pipeline.extract import PDF_EXTRACTORS
+from pipeline.sandbox import ExtractConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +59,12 @@ OPTIONS = (
            str(DEFAULT_COMPILE_CACHE), metavar="DIR"),
     Option("--profile", str, "write a JAX profiler trace of each encoder actor under DIR (on its node)",
            metavar="DIR"),
+    Option("--pdf-extractor", str, "PDF text extractor: auto takes the fastest installed (default auto)", "auto",
+           choices=("auto", *PDF_EXTRACTORS)),
+    Option("--extract-timeout", int, f"seconds one document's extraction may take (default {ExtractConfig.timeout_s})",
+           ExtractConfig.timeout_s, metavar="S"),
+    Option("--extract-memory", int, f"MiB of memory one document's extraction may take (default {ExtractConfig.memory_mib})",
+           ExtractConfig.memory_mib, metavar="MIB"),
     Option("--overwrite", bool, "start afresh instead of keeping or resuming the output", False),
     Option("--group-size", int, "files committed together (default 64)", 64, metavar="N"),
     Option("--id-field", str, "document id field of jsonl/parquet shards (default id)", "id", metavar="NAME"),
@@ -133,6 +141,13 @@ def encoder_config(values: dict[str, Any]) -> EncoderConfig:
     )
 
 
+def extract_config(values: dict[str, Any]) -> ExtractConfig:
+    """The extraction options, by key, -> ExtractConfig."""
+    return ExtractConfig(
+        pdf_extractor=values["pdf_extractor"], timeout_s=values["extract_timeout"], memory_mib=values["extract_memory"]
+    )
+
+
 def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
     """Command line (and its --config file) -> the validated JobConfig."""
     typed = vars(_parser(description).parse_args(argv))
@@ -148,6 +163,7 @@ def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
         max_tokens=values["max_tokens"],
         overlap=values["overlap"],
         encoder=encoder_config(values),
+        extract=extract_config(values),
         resources=Resources(encode_actors=values["encoders"]),
         accelerator=values["accelerator"],
         compile_cache=values["compile_cache"] or None,

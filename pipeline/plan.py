@@ -22,6 +22,7 @@ from pipeline.chunking import ChunkingConfig
 from pipeline.encoder import Encoder, EncoderConfig
 from pipeline.errors import InputError
 from pipeline.job import EXTRACT_BATCH
+from pipeline.sandbox import ExtractConfig
 from pipeline.shards import ShardFields
 from pipeline.sources import list_inputs, plan_groups, work_blocks
 from pipeline.stage_stats import STAGE_UNITS, StageTable
@@ -57,9 +58,18 @@ class EncoderRate:
 
 
 def sample_cpu_stages(
-    locations: list[str], sample_docs: int, model: str | None, chunking: ChunkingConfig, fields: ShardFields
+    locations: list[str],
+    sample_docs: int,
+    model: str | None,
+    chunking: ChunkingConfig,
+    fields: ShardFields,
+    extract: ExtractConfig = ExtractConfig(),
 ) -> CpuSample:
-    """Runs the CPU stages in this process over about `sample_docs` documents spread over the input."""
+    """Runs the CPU stages in this process over about `sample_docs` documents spread over the input.
+
+    PDFs go through the extraction sandbox as in the job, so its cost (and its
+    child's start-up, once) is part of the extract stage's time.
+    """
     inputs, _ = list_inputs(locations)
     if not inputs:
         raise InputError(f"no documents under {redact(', '.join(locations))}")
@@ -69,7 +79,7 @@ def sample_cpu_stages(
     chunker = ChunkBlock(model, chunking, stats=table)
     windows, documents = [], 0
     for block in work_blocks(plan_groups(sample, group_size=len(sample)), EXTRACT_BATCH):
-        for docs in extract_block(block, fields, stats=table):
+        for docs in extract_block(block, fields, extract, stats=table):
             chunks = chunker(docs)
             documents += docs.num_rows
             ok = pa.compute.is_null(chunks.column("error_type"))

@@ -11,6 +11,7 @@ from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
 from pipeline.encoder import EncodeStats
 from pipeline.model import ModelSpec
+from pipeline.sandbox import ExtractConfig
 from pipeline.stage_stats import StageTable
 
 
@@ -34,7 +35,10 @@ class RunReport:
     finished_at: str = ""
 
     @classmethod
-    def start(cls, cfg: JobConfig, spec: ModelSpec, chunking: ChunkingConfig, *, inputs: int, skipped: int) -> "RunReport":
+    def start(
+        cls, cfg: JobConfig, spec: ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig, *, inputs: int, skipped: int
+    ) -> "RunReport":
+        """`extract` with its PDF extractor resolved: the name of the one that ran."""
         config = {
             "inputs": list(cfg.inputs),
             "model": cfg.model,
@@ -44,6 +48,7 @@ class RunReport:
             "normalize": spec.normalize,
             "chunking": dataclasses.asdict(chunking),
             "encoder": dataclasses.asdict(cfg.encoder),
+            "extract": dataclasses.asdict(extract),
         }
         return cls(spec.model_id, spec.fingerprint, config, inputs, skipped)
 

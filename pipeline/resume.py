@@ -67,8 +67,8 @@ _OURS = (EMBEDDINGS_DIR, ERRORS_DIR, GROUPS_DIR, STAGING_DIR)
 _THREADS = 16  # concurrent small reads and deletes against object storage
 
 
-def fingerprint(spec, chunking, encoder) -> dict:
-    """What makes this output's numbers: model weights, tokenizer, head, chunking, compute dtype."""
+def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
+    """What makes this output's numbers: model weights, tokenizer, head, chunking, compute dtype, PDF extractor."""
     settings = {
         "model_fingerprint": spec.fingerprint,
         "weights_sha256": spec.weights_sha256,
@@ -76,6 +76,7 @@ def fingerprint(spec, chunking, encoder) -> dict:
         "max_tokens": chunking.max_tokens,
         "overlap": chunking.overlap,
         "dtype": encoder.dtype,
+        "pdf_extractor": pdf_extractor,
     }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return {"fingerprint": digest, "model": redact(spec.model_id), **settings}
@@ -114,7 +115,7 @@ def open_output(output: str, *, overwrite: bool, manifest: dict, group_ids: set[
 
 
 def _mismatch(output: str, recorded: dict, manifest: dict) -> str:
-    keys = ("model", "model_fingerprint", "max_tokens", "overlap", "dtype")
+    keys = ("model", "model_fingerprint", "max_tokens", "overlap", "dtype", "pdf_extractor")
     differs = [f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)]
     return (
         f"output {redact(output)} holds an unfinished run made with other settings "

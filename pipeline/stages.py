@@ -20,6 +20,7 @@ from pipeline.accelerators import compilation_cache_counts, enable_compilation_c
 from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
+from pipeline.sandbox import ExtractConfig, SandboxError, process_sandbox
 from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
 from pipeline.stage_stats import StageClock
 from pipeline.storage import read_many
@@ -78,11 +79,22 @@ def _is_error(row: dict) -> bool:
 SHARD_BLOCK = 64  # documents per block handed on from a shard
 
 
-def extract_block(batch: pa.Table, fields: ShardFields = ShardFields(), stats=None) -> Iterator[pa.Table]:
+def extract_block(
+    batch: pa.Table, fields: ShardFields = ShardFields(), extract: ExtractConfig = ExtractConfig(), stats=None
+) -> Iterator[pa.Table]:
     """Input rows (doc_id, kind, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
-    `stats`: a RunStats handle that gets this block's read and extract times.
+    PDFs are parsed in this process's sandbox (`pipeline.sandbox`) within
+    `extract`'s time and memory bounds; text files are decoded here, which is
+    linear in their size and cannot hang. `stats`: a RunStats handle that gets
+    this block's read and extract times.
+
+    A function using its process's sandbox rather than a class owning one: Ray
+    Data fuses this stage into the CPU stages' actors (pipeline.job), long-lived
+    processes, and where it runs as tasks Ray reuses worker processes; either way
+    the sandbox's child starts once per process and lives as long as it. And the
+    stage stays a plain call without Ray (pipeline.plan, tests).
     """
     clock = StageClock(stats)
     rows = []
@@ -106,12 +118,17 @@ def extract_block(batch: pa.Table, fields: ShardFields = ShardFields(), stats=No
         with clock.timing("extract") as counts:
             counts["docs"] += 1
             try:
-                pages = extract_pages(data, row["kind"])
+                if row["kind"] == "pdf":
+                    pages = process_sandbox(extract).extract_pages(data, "pdf")
+                else:
+                    pages = extract_pages(data, "text")
                 counts["pages"] += len(pages)
                 counts["chars"] += sum(map(len, pages))
                 rows.append({**doc, "pages": pages})
             except DocumentError as e:
                 rows.append(_error(doc, "extract", e.error_type, str(e)))
+            except SandboxError:
+                raise  # not this document's fault: every document after it would fail the same way
             except Exception as e:  # one document's failure must never take its batch mates down
                 rows.append(_error(doc, "extract", type(e).__name__, str(e)))
     clock.send()
@@ -183,8 +200,11 @@ class ChunkBlock:
             encoding = self.tokenizer.encode_content([text])[0]
             counts["docs"] += 1
             counts["tokens"] += len(encoding.ids)
-        if not encoding.ids:
-            return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", "text yields no tokens")]
+        if all(i == self.tokenizer.unk_id for i in encoding.ids):
+            # Nothing, or only unknown words: 10 million characters without whitespace are
+            # one [UNK], whose embedding says nothing of the text.
+            message = f"text yields no tokens the model knows ({len(encoding.ids)} unknown)"
+            return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
         with self.clock.timing("chunk") as counts:
             chunks = chunk_document(
                 text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking

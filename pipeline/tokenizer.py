@@ -22,6 +22,8 @@ class Tokenizer:
         content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
         self.prefix_ids = probe.ids[: content[0]]
         self.suffix_ids = probe.ids[content[-1] + 1 :]
+        unk = getattr(self._tok.model, "unk_token", None)
+        self.unk_id: int | None = None if unk is None else self._tok.token_to_id(unk)
 
     @property
     def n_special(self) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import zlib
 from pathlib import Path
 from typing import Iterable
 
@@ -60,3 +62,101 @@ def notebook_outputs_text(nb) -> str:
             parts.append(output.get("text", ""))
             parts.extend(str(v) for k, v in output.get("data", {}).items() if k.startswith("text/"))
     return "\n".join(parts)
+
+
+# --- PDFs written byte by byte, for inputs no PDF library would produce --------
+
+
+def pdf_file(objects: list[bytes]) -> bytes:
+    """A PDF of `objects` (object i+1 is objects[i]; object 1 is the catalog) with a correct xref table."""
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def stream(data: bytes, extra: bytes = b"") -> bytes:
+    return b"<< /Length %d %s >>\nstream\n" % (len(data), extra) + data + b"\nendstream"
+
+
+_FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+
+
+def text_pdf(pages: list[str], *, padding_bytes: int = 0) -> bytes:
+    """One page of Helvetica text per string, a line per line; `padding_bytes` of random image data make the file big."""
+    n = len(pages)
+    # 1 catalog, 2 pages, 3 font, 4 image, then (page, content) pairs
+    kids = b" ".join(b"%d 0 R" % (5 + 2 * i) for i in range(n))
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, n), _FONT]
+    side = max(int(padding_bytes**0.5), 1)
+    objects.append(stream(os.urandom(side * side),
+                          b"/Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8" % (side, side)))
+    for i, text in enumerate(pages):
+        draw = b" /Im0 Do" if i == 0 and padding_bytes else b""
+        lines = b" T* ".join(b"(%s) Tj" % _escape(line) for line in text.split("\n"))
+        content = b"q%s Q BT /F1 11 Tf 14 TL 72 720 Td %s ET" % (draw, lines)
+        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+                       b"/Resources << /Font << /F1 3 0 R >> /XObject << /Im0 4 0 R >> >> >>" % (6 + 2 * i))
+        objects.append(stream(content))
+    return pdf_file(objects)
+
+
+def _escape(text: str) -> bytes:
+    return text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)").encode("latin-1")
+
+
+def page_tree_loop_pdf() -> bytes:
+    """A Pages node whose only kid is itself, and a page that is its own parent."""
+    return pdf_file([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
+        b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] >>",
+    ])
+
+
+def deeply_nested_pdf(depth: int = 100_000) -> bytes:
+    """A page whose resources hold arrays and dictionaries nested `depth` deep."""
+    nested = b"[" * depth + b"]" * depth + b" " + b"<< /A " * depth + b">>" * depth
+    return pdf_file([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> /Deep %s >> >>" % nested,
+        stream(b"BT /F1 11 Tf 72 720 Td (Text beside a deep structure.) Tj ET"),
+        _FONT,
+    ])
+
+
+def decompression_bomb_pdf(inflated_bytes: int = 1 << 30) -> bytes:
+    """A page whose FlateDecode content stream inflates to `inflated_bytes` of spaces (about 1000:1)."""
+    deflate = zlib.compressobj(9)
+    block = b" " * (1 << 20)
+    packed = b"".join(deflate.compress(block) for _ in range(inflated_bytes // len(block))) + deflate.flush()
+    return pdf_file([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        stream(packed, b"/Filter /FlateDecode"),
+    ])
+
+
+def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
+    """Pages that draw a form `fanout` times that draws a line of text `fanout` times: a small file, fanout**2 per page."""
+    kids = b" ".join(b"%d 0 R" % (7 + i) for i in range(pages))
+    page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+            b"/Resources << /XObject << /X 4 0 R >> >> >>")
+    return pdf_file([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+        stream(b"/X Do " * fanout),
+        stream(b"/Y Do " * fanout, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /XObject << /Y 5 0 R >> >>"),
+        stream(b"BT /F1 11 Tf 72 720 Td (Ha!) Tj ET",
+               b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 6 0 R >> >>"),
+        _FONT,
+    ] + [page] * pages)

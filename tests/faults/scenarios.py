@@ -269,7 +269,8 @@ def run(cfg: JobConfig, sidecar: Sidecar | None = None) -> Run:
 
 @contextlib.contextmanager
 def local_ray(num_cpus: int = 2):
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    # "local": a Ray of this process's own, even while other test runs keep theirs on this machine.
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:

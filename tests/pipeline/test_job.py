@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -9,12 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from support import SAMPLES
+from support import (
+    SAMPLES, decompression_bomb_pdf, deeply_nested_pdf, encrypt, form_fanout_pdf, page_tree_loop_pdf, text_pdf,
+)
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.accelerators import plan_encoders
 from pipeline.encoder import EncoderConfig
 from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+from pipeline.sandbox import ExtractConfig
 
 LONG_TEXT = "\n\n".join(
     f"Paragraph {i}. Chunking splits long documents into windows of tokens that overlap, "
@@ -124,6 +128,8 @@ def test_success_report(finished):
     assert success["throughput"]["tokens_per_s"] > 0
     assert 0 < success["padding_efficiency"] <= 1
     assert success["errors_by_type"]["EncryptedPDF"] == 2
+    assert success["config"]["extract"] == {"pdf_extractor": "pdfium", "timeout_s": 120, "memory_mib": 2048}
+    assert json.loads((out / "_docembed.json").read_text())["pdf_extractor"] == "pdfium"
     assert json.loads((out / "_SUCCESS").read_text()) == success
 
 
@@ -174,6 +180,57 @@ def test_real_pdf_corpus(ray_local, corpus, tmp_path):
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-4)
     assert report.padding_efficiency >= 0.85
     assert max(map(len, report.compiled_shapes.values())) <= 6
+
+
+def _hostile_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str | None]]:
+    """File name -> (bytes, the error_type it must end in, or None when its chunks must be embedded)."""
+    good_line = json.dumps({"id": "good", "text": "A good line among bad ones."}).encode()
+    return {
+        "owner-only.pdf": (encrypt(real_pdf, user_password="", owner_password="owner"), None),
+        "locked.pdf": (encrypt(real_pdf, user_password="user", owner_password="owner"), "EncryptedPDF"),
+        "page-loop.pdf": (page_tree_loop_pdf(), "CorruptPDF"),
+        "nested.pdf": (deeply_nested_pdf(), None),
+        "bomb.pdf": (decompression_bomb_pdf(), "ExtractorCrashed"),
+        "form-bomb.pdf": (form_fanout_pdf(1000), "ExtractorCrashed"),
+        "form-slow.pdf": (form_fanout_pdf(100, pages=2000), "ExtractTimeout"),
+        "2000-pages.pdf": (text_pdf([f"Page {i} of a long report on tides." for i in range(2000)]), None),
+        "50mb.pdf": (text_pdf(["A page of text beside a large image."] * 3, padding_bytes=50_000_000), None),
+        "no-whitespace.txt": (b"x" * 10_000_000, "NoTokens"),  # one [UNK]: see ChunkBlock
+        "invalid-utf8.txt": (b"valid start \xff\xfe then not", "UndecodableText"),
+        "nul-bytes.txt": (b"words\x00between\x00NUL bytes\x00", None),
+        "malformed.jsonl": (b"\n".join([good_line, b"{not json", b"[1, 2]", b'{"id": "x"}', b'{"id": "y", "text": "\xff"}']), None),
+    }
+
+
+def test_hostile_documents_cost_only_themselves(ray_local, real_pdf, tmp_path):
+    hostile = _hostile_documents(real_pdf)
+    root = tmp_path / "in"
+    shutil.copytree(SAMPLES, root / "samples")
+    for name, (data, _) in hostile.items():
+        (root / name).write_bytes(data)
+    started = time.monotonic()
+    # PDFium (auto): each document takes under 3 s here but the form-slow one, which takes minutes.
+    bounds = ExtractConfig(timeout_s=10, memory_mib=512)
+    report = run_job(JobConfig(inputs=(str(root),), output=str(tmp_path / "out"), extract=bounds))
+    print(f"\nhostile job: {time.monotonic() - started:.1f}s, {report.summary()}")
+
+    chunks, errors = read_table(str(tmp_path / "out")), read_errors(str(tmp_path / "out"))
+    embedded = set(chunks.column("doc_id").to_pylist())
+    error_of = {r["doc_id"]: r["error_type"] for r in errors.to_pylist()}
+    for name, (_, error_type) in hostile.items():
+        if name.endswith(".jsonl"):
+            continue
+        uri = str(root / name)
+        assert (error_of.get(uri), uri in embedded) == (error_type, error_type is None), name
+    shard = str(root / "malformed.jsonl")
+    assert f"{shard}#good" in embedded
+    assert {error_of[f"{shard}#line:{i}"] for i in (2, 3, 5)} == {"BadRecord"}  # 5: invalid UTF-8
+    assert error_of[f"{shard}#x"] == "NoText"
+    # Every good document of the same run is embedded.
+    samples = {str(p) for p in (root / "samples").rglob("*") if p.suffix in (".pdf", ".txt", ".md")}
+    assert samples - embedded == {str(root / "samples" / "pdf" / "libreoffice-writer-password.pdf")}
+    pages = chunks.filter(pa.compute.ends_with(chunks.column("doc_id"), "2000-pages.pdf")).column("page_end")
+    assert pa.compute.max(pages).as_py() == 2000
 
 
 def test_encoder_calls_hold_a_fixed_number_of_full_batches():

@@ -16,6 +16,7 @@ def test_flags_alone_build_the_config_tree():
     assert cfg.inputs == ("a", "s3://b/c") and cfg.output == "out" and cfg.overwrite
     assert cfg.encoder.batch_size == 4 and cfg.encoder.mesh == (("data", 2), ("model", 1))
     assert cfg.overlap == 32 and cfg.encoder.dtype == "float32"
+    assert (cfg.extract.pdf_extractor, cfg.extract.timeout_s, cfg.extract.memory_mib) == ("auto", 120, 2048)
 
 
 def test_yaml_file_with_flags_overriding_it(tmp_path):
@@ -25,6 +26,9 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
     assert (cfg.max_tokens, cfg.overlap, cfg.encoder.dtype) == (128, 16, "bfloat16")
     single = parse_job_args(["--config", write(tmp_path, "input: one\noutput: o\n")])
     assert single.inputs == ("one",)
+    bounded = parse_job_args(["--config", write(tmp_path, "input: a\noutput: o\npdf-extractor: pypdf\nextract_timeout: 30\n"),
+                              "--extract-memory", "512"])
+    assert (bounded.extract.pdf_extractor, bounded.extract.timeout_s, bounded.extract.memory_mib) == ("pypdf", 30, 512)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +39,8 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
         ("input: a\noutput: o\noverlap: true\n", "overlap must be int"),
         ("input: a\noutput: o\ndtype: float16\n", "dtype must be one of"),
         ("input: a\noutput: o\nmesh: data=two\n", "mesh must look like"),
+        ("input: a\noutput: o\npdf-extractor: mupdf\n", "pdf_extractor must be one of auto, pypdf, pdfium"),
+        ("input: a\noutput: o\nextract-timeout: 0\n", "--extract-timeout must be at least 1 s"),
         ("- just\n- a list\n", "must hold a mapping"),
         ("input: [a\n", "not valid YAML"),
         ("output: o\n", "--input is required"),
