@@ -70,9 +70,9 @@ def main() -> None:
                 "encoder actor ray.kill x2": lambda: scenarios.KillEncoder(["ray.kill"] * 2),
                 "encoder actor SIGKILL x2": lambda: scenarios.KillEncoder(["SIGKILL"] * 2),
             })
-        with scenarios.three_node_cluster() as (cluster, doomed):
+        with scenarios.three_node_cluster() as (cluster, workers):
             rows += scenario_rows("3-node cluster", corpus, tmp, {
-                "worker node removed": lambda: scenarios.RemoveNode(cluster, doomed),
+                "worker node removed": lambda: scenarios.RemoveNode(cluster, workers),
             })
     print("\n" + "\n".join(rows))
 

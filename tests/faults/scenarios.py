@@ -223,19 +223,21 @@ class KillEncoder(Sidecar):
 
 
 class RemoveNode(Sidecar):
-    """Removes `node` from `cluster` once one of its encoder actors has encoded a batch."""
+    """Removes one of `workers` from `cluster`: the first whose encoder actor has encoded a batch."""
 
-    def __init__(self, cluster: Cluster, node):
+    def __init__(self, cluster: Cluster, workers: list):
         super().__init__()
-        self.cluster, self.node = cluster, node
+        self.cluster, self.workers = cluster, workers
+        self.removed = None
 
     def inject(self) -> None:
         def busy():
-            """an encoder actor on the node to remove that has encoded a batch"""
-            return self.busy_encoder(self.node.node_id) is not None
+            """an encoder actor on a worker node that has encoded a batch"""
+            self.removed = next((n for n in self.workers if self.busy_encoder(n.node_id)), None)
+            return self.removed is not None
 
         if self.wait_for(busy):
-            self.cluster.remove_node(self.node)
+            self.cluster.remove_node(self.removed)
             self.injected += 1
 
 
@@ -279,19 +281,18 @@ def local_ray(num_cpus: int = 2):
 
 @contextlib.contextmanager
 def three_node_cluster():
-    """A head and two workers on this machine; yields (cluster, the worker to remove).
+    """A head and two workers on this machine; yields (cluster, its worker nodes).
 
     The job plans one CPU encoder actor per node, each wanting a whole CPU. The
     head's single CPU goes to its encoder; the workers hold the other stages and
-    CPUs to spare, so the removed worker's actors can start again on the other.
+    a CPU to spare, so a removed worker's actors can start again on the other.
     """
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:
-        cluster.add_node(num_cpus=3)
-        doomed = cluster.add_node(num_cpus=2)
+        workers = [cluster.add_node(num_cpus=3), cluster.add_node(num_cpus=3)]
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
-        yield cluster, doomed
+        yield cluster, workers
     finally:
         ray.shutdown()
         cluster.shutdown()

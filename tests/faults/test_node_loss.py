@@ -15,9 +15,10 @@ import scenarios
 def test_worker_node_removed_mid_job_loses_and_duplicates_nothing(tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", scenarios.FILES, scenarios.SHARD_DOCS)
     cfg = scenarios.job(corpus, tmp_path)
-    with scenarios.three_node_cluster() as (cluster, doomed):
-        run = scenarios.run(cfg, scenarios.RemoveNode(cluster, doomed))
-        alive = [n for n in ray.nodes() if n["Alive"]]
-    assert run.injected == 1, "the job ended before the node was removed"
-    assert doomed.node_id not in {n["NodeID"] for n in alive} and len(alive) == 2
+    with scenarios.three_node_cluster() as (cluster, workers):
+        remover = scenarios.RemoveNode(cluster, workers)
+        run = scenarios.run(cfg, remover)
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    assert run.injected == 1, "the job ended before a worker's encoder had encoded a batch"
+    assert remover.removed.node_id not in alive and len(alive) == 2
     scenarios.check_exactly_once(cfg.output, scenarios.expected_inputs(corpus), run.report)
