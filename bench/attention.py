@@ -93,7 +93,7 @@ def main() -> None:
     print(f"# {device.device_kind} ({platform}), {dtype.name}, batch {args.batch}, heads {args.heads}")
     print("# memory: compiled memory_analysis() temp + output bytes of the jitted call (inputs excluded)")
     print(f"# time: best of {args.repeats} after warm-up; x ref: ratio to `reference` at the same shape")
-    print(f"# TFLOP/s: 4 * batch * heads * seq^2 * head_dim / time")
+    print("# TFLOP/s: 4 * batch * heads * seq^2 * head_dim / time")
     if peak:
         print(f"# peak: {peak} TFLOP/s dense bfloat16 ({device.device_kind})")
     print()

@@ -13,8 +13,6 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
-
 from kernels.bert import BertConfig, Params, params_from_hf
 from pipeline import storage
 from pipeline.errors import ModelError, UserError

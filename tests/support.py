@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import zlib
 from pathlib import Path
 from typing import Iterable
@@ -11,6 +12,20 @@ from typing import Iterable
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
 CORPUS = REPO.parent / "shared" / "corpus" / "py-pdf-sample-files"
+
+
+def wait_for_idle_cluster(timeout: float = 60) -> None:
+    """Until the connected Ray's CPUs and accelerators are all free again: a finished or
+    killed job's actors are released asynchronously, after its driver has moved on."""
+    import ray
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        total, free = ray.cluster_resources(), ray.available_resources()
+        if all(free.get(kind, 0) >= total[kind] for kind in ("CPU", "GPU", "TPU") if kind in total):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the cluster's resources are still held: {ray.available_resources()}")
 
 
 def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:

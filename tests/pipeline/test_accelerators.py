@@ -8,7 +8,7 @@ the mock, and the only one.
 import pytest
 import ray
 
-from support import SAMPLES
+from support import SAMPLES, wait_for_idle_cluster
 from pipeline import JobConfig, run_job
 from pipeline.accelerators import ACCELERATOR_HOST_CPUS, plan_encoders
 from pipeline.errors import ConfigError
@@ -65,7 +65,8 @@ def test_job_schedules_encoders_on_the_tpu_resource(ray_with_tpu, tmp_path):
     report = run_job(cfg)
     assert report.docs_ok == 5
     assert read_report(str(tmp_path / "out"))["counts"]["docs_ok"] == 5
-    # The encoder held the TPU resource while it ran, and handed it back.
+    # The encoder held the TPU resource while it ran, and hands it back.
+    wait_for_idle_cluster()
     assert ray.available_resources().get("TPU") == 4
     assert any((tmp_path / "cache").iterdir()), "the encoder wrote its compiled programs to the cache"
     # --profile: a JAX profiler trace per encoder actor, in the format TensorBoard and Perfetto read.

@@ -23,8 +23,8 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
-import ray
 
+from support import wait_for_idle_cluster
 from .helpers import REPO, expected_docs, upload
 from pipeline import JobConfig, run_job
 from pipeline.results import read_errors, read_report, read_table
@@ -65,16 +65,6 @@ def state(output: str) -> dict:
         "markers": sum(n.startswith("_groups/") for n in names),
         "success": "_SUCCESS" in names,
     }
-
-
-def wait_for_idle_cluster(timeout: float = 60) -> None:
-    """Until the killed driver's actors and tasks are gone and their CPUs free."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if ray.available_resources().get("CPU", 0) >= ray.cluster_resources().get("CPU", 0):
-            return
-        time.sleep(0.2)
-    raise AssertionError("the killed driver's workers still hold the cluster")
 
 
 def check_crashed_output(output: str) -> int:
