@@ -45,16 +45,20 @@ class CpuSample:
         return sum(map(len, self.windows))
 
     @property
+    def cpu_busy_s(self) -> float:
+        return sum(self.table.stages[s].busy_s for s in CPU_STAGES if s in self.table.stages)
+
+    @property
     def tokens_per_core_s(self) -> float:
         """Encoded tokens one core's CPU stages yield per second."""
-        busy = sum(self.table.stages[s].busy_s for s in CPU_STAGES if s in self.table.stages)
-        return self.encoded_tokens / max(busy, 1e-9)
+        return self.encoded_tokens / max(self.cpu_busy_s, 1e-9)
 
 
 @dataclasses.dataclass(frozen=True)
 class EncoderRate:
     tokens_per_chip_s: float
     source: str  # how it was obtained, for the printout
+    cpu_host: bool = False  # measured on a host without an accelerator: not a chip's rate
 
 
 def sample_cpu_stages(
@@ -103,7 +107,8 @@ def measure_encoder(model: str | None, cfg: EncoderConfig, windows: list[list[in
     platform = encoder.mesh.devices.flat[0].platform
     if platform == "cpu":
         # XLA's CPU backend spreads one program over every core: the "chip" is the whole host.
-        return EncoderRate(rate, f"measured here on the CPU ({jax.local_device_count()} device(s), all cores)")
+        source = f"measured here on the CPU ({jax.local_device_count()} device(s), all cores)"
+        return EncoderRate(rate, source, cpu_host=True)
     return EncoderRate(rate / devices, f"measured here on {devices} {platform} device(s)")
 
 
@@ -111,27 +116,27 @@ def render(sample: CpuSample, encoder: EncoderRate, headroom: float) -> str:
     """The plan: per-stage rates, cores per chip, and the assumptions behind each number."""
     per_core = sample.tokens_per_core_s
     cores = encoder.tokens_per_chip_s / max(per_core, 1e-9)
+    needed = cores_per_chip(sample, encoder, headroom)
     lines = [
         f"sample: {sample.documents} documents of {sample.inputs} inputs, "
         f"{sample.encoded_tokens:,} encoded tokens ({sample.encoded_tokens / max(sample.documents, 1):,.0f} per document)",
         "CPU stages on one core (this process, the job's own code):",
     ]
-    total_busy = sum(sample.table.stages[s].busy_s for s in CPU_STAGES if s in sample.table.stages)
     for stage in CPU_STAGES:
         totals = sample.table.stages.get(stage)
         if totals is None:
             continue
         unit = STAGE_UNITS[stage]
         lines.append(
-            f"  {stage:9s} {totals.counts[unit] / max(totals.busy_s, 1e-9):>12,.1f} {unit}/s"
-            f"   {totals.busy_s / max(total_busy, 1e-9):5.1%} of the CPU time"
+            f"  {stage:9s} {totals.rate(unit):>12,.1f} {unit}/s"
+            f"   {totals.busy_s / max(sample.cpu_busy_s, 1e-9):5.1%} of the CPU time"
         )
     lines += [
         f"  together  {per_core:>12,.0f} encoded tokens/s per core",
         f"encoder: {encoder.tokens_per_chip_s:,.0f} tokens/s per chip ({encoder.source})",
         f"cores per chip: {encoder.tokens_per_chip_s:,.0f} / {per_core:,.0f} = {cores:.2f}; "
-        f"with {headroom:g}x headroom: {cores_per_chip(sample, encoder, headroom)}",
-        f"  a host of N chips needs N x {cores_per_chip(sample, encoder, headroom)} cores for the CPU stages "
+        f"with {headroom:g}x headroom: {needed}",
+        f"  a host of N chips needs N x {needed} cores for the CPU stages "
         f"+ {ACCELERATOR_HOST_CPUS} its encoder actor reserves; what its hosts lack, CPU worker nodes add",
         "assumptions:",
         "  - the sample is like the corpus: the same mix of PDFs and text, pages per PDF and tokens per document",
@@ -141,7 +146,7 @@ def render(sample: CpuSample, encoder: EncoderRate, headroom: float) -> str:
         "  - writing Parquet is left out: it is a small share of busy time in measured jobs (see _SUCCESS stages)",
         f"  - {headroom:g}x headroom covers slow documents and uneven blocks, so chips do not wait on stragglers",
     ]
-    if encoder.source.startswith("measured here on the CPU"):
+    if encoder.cpu_host:
         lines.append(
             "  - no accelerator here: the encoder rate is this CPU's. Pass --encoder-tokens-per-s with your chip's "
             "(a run's _SUCCESS: stages.encode.tokens_per_busy_s, per encoder actor, over its chips)"

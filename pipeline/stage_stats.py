@@ -44,6 +44,10 @@ class StageTotals:
         self.workers |= other.workers
         self.first, self.last = min(self.first, other.first), max(self.last, other.last)
 
+    def rate(self, unit: str) -> float:
+        """`unit`s per busy second: what one worker of the stage does when it is not waiting."""
+        return self.counts[unit] / max(self.busy_s, 1e-9)
+
     @property
     def span_s(self) -> float:
         """From the stage's first call to its last: its steady-state window."""
@@ -110,7 +114,7 @@ class StageTable:
                 "busy_s": round(totals.busy_s, 3),
                 "span_s": round(totals.span_s, 3),
                 "utilisation": round(self.utilisation(stage, wall_s), 4),
-                f"{unit}_per_busy_s": round(totals.counts[unit] / max(totals.busy_s, 1e-9), 1),
+                f"{unit}_per_busy_s": round(totals.rate(unit), 1),
                 **dict(totals.counts),
             }
         return out

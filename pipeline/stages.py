@@ -9,7 +9,6 @@ through untouched and the sink writes to `errors/`.
 from __future__ import annotations
 
 import os
-import socket
 from typing import Iterator
 
 import jax
@@ -241,8 +240,7 @@ class EncodeBlock:
         self.stats = stats  # a RunStats actor handle, or None
         self.clock = StageClock(stats)
         self.totals = EncodeStats()
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.profile_dir = None if profile is None else os.path.join(profile, self.name.replace(":", "-"))
+        self.profile_dir = None if profile is None else os.path.join(profile, self.clock.worker.replace(":", "-"))
         self.calls = 0
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -263,7 +261,7 @@ class EncodeBlock:
         self.totals.add(stats)
         if self.stats is not None:
             self.stats.report_encoder.remote(
-                self.name, self.totals, sorted(self.encoder.compiled_shapes), compilation_cache_counts()
+                self.clock.worker, self.totals, sorted(self.encoder.compiled_shapes), compilation_cache_counts()
             )
 
         dim = self.encoder.spec.dim

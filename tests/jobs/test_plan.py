@@ -36,7 +36,7 @@ def test_cores_per_chip_is_the_ratio_of_rates_with_headroom():
 
 def test_the_encoder_rate_is_measured_on_this_machine():
     rate = measure_encoder(None, EncoderConfig(), [[101, 2023, 102]] * 8)
-    assert rate.tokens_per_chip_s > 0 and "CPU" in rate.source
+    assert rate.tokens_per_chip_s > 0 and rate.cpu_host and "CPU" in rate.source
 
 
 def test_command_line(tmp_path):
