@@ -19,21 +19,21 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from kernels.attention import IMPLS as attention_impls
-from pipeline import model as model_dir
-from pipeline import resume, sink
-from pipeline.accelerators import EncoderPlacement, plan_encoders
-from pipeline.chunking import ChunkingConfig
+from pipeline.encode import model_dir
+from pipeline.output import resume, sink
+from pipeline.encode.placement import EncoderPlacement, plan_encoders
+from pipeline.text.chunking import ChunkingConfig
 from pipeline.config import JobConfig
-from pipeline.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
+from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.report import ProgressLine, RunReport
 from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.extract import resolve_extractor
-from pipeline.shards import ShardFields
-from pipeline.sources import list_inputs, plan_groups, work_blocks
-from pipeline.stage_stats import StageTable
-from pipeline.storage import redact
+from pipeline.io.shards import ShardFields
+from pipeline.io.listing import list_inputs, plan_groups, work_blocks
+from pipeline.stage_clock import StageTable
+from pipeline.io.filesystems import redact
 from pipeline.stages import ChunkBlock, EncodeBlock, extract_block
-from pipeline.tokenizer import Tokenizer
+from pipeline.text.tokenizer import Tokenizer
 
 log = logging.getLogger("docembed")
 

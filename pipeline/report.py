@@ -7,12 +7,12 @@ import dataclasses
 import json
 import time
 
-from pipeline.chunking import ChunkingConfig
+from pipeline.text.chunking import ChunkingConfig
 from pipeline.config import JobConfig
-from pipeline.encoder import EncodeStats
-from pipeline.model import ModelSpec
-from pipeline.sandbox import ExtractConfig
-from pipeline.stage_stats import StageTable
+from pipeline.encode.encoder import EncodeStats
+from pipeline.encode.model_dir import ModelSpec
+from pipeline.extract.sandbox import ExtractConfig
+from pipeline.stage_clock import StageTable
 
 
 @dataclasses.dataclass

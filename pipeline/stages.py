@@ -14,16 +14,16 @@ from typing import Iterator
 import jax
 import pyarrow as pa
 
-from pipeline import model as model_dir
-from pipeline.accelerators import compilation_cache_counts, enable_compilation_cache
-from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
-from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
+from pipeline.encode import model_dir
+from pipeline.encode.placement import compilation_cache_counts, enable_compilation_cache
+from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
+from pipeline.encode.encoder import Encoder, EncoderConfig, EncodeStats
 from pipeline.extract import DocumentError, extract_pages
-from pipeline.sandbox import ExtractConfig, SandboxError, process_sandbox
-from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
-from pipeline.stage_stats import StageClock
-from pipeline.storage import read_many
-from pipeline.tokenizer import Tokenizer
+from pipeline.extract.sandbox import ExtractConfig, SandboxError, process_sandbox
+from pipeline.io.shards import SHARD_KINDS, ShardFields, iter_shard
+from pipeline.stage_clock import StageClock
+from pipeline.io.filesystems import read_many
+from pipeline.text.tokenizer import Tokenizer
 
 _ERROR_FIELDS = [
     pa.field("error_stage", pa.string()),
@@ -31,7 +31,7 @@ _ERROR_FIELDS = [
     pa.field("error_message", pa.string()),
 ]
 
-# Which commit group a row belongs to (see pipeline.resume), carried to the writer.
+# Which commit group a row belongs to (see pipeline.output.resume), carried to the writer.
 # group_docs: documents in the group, on every row of a file group and on the rows
 # of a shard's last document (its reader only knows the count at the end).
 _GROUP_FIELDS = [pa.field("group", pa.string()), pa.field("group_docs", pa.int32())]
@@ -84,7 +84,7 @@ def extract_block(
     """Input rows (doc_id, kind, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
-    PDFs are parsed in this process's sandbox (`pipeline.sandbox`) within
+    PDFs are parsed in this process's sandbox (`pipeline.extract.sandbox`) within
     `extract`'s time and memory bounds; text files are decoded here, which is
     linear in their size and cannot hang. `stats`: a RunStats handle that gets
     this block's read and extract times.
@@ -93,7 +93,7 @@ def extract_block(
     Data fuses this stage into the CPU stages' actors (pipeline.job), long-lived
     processes, and where it runs as tasks Ray reuses worker processes; either way
     the sandbox's child starts once per process and lives as long as it. And the
-    stage stays a plain call without Ray (pipeline.plan, tests).
+    stage stays a plain call without Ray (pipeline.capacity, tests).
     """
     clock = StageClock(stats)
     rows = []

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from support import REPO
-from pipeline.accelerators import plan_encoders
-from pipeline.model import DEFAULT_MODEL_PACKAGE
+from pipeline.encode.placement import plan_encoders
+from pipeline.encode.model_dir import DEFAULT_MODEL_PACKAGE
 
 CLUSTER_YAML = REPO / "cluster.yaml"
 TPU_TYPE = "tpu_slice"

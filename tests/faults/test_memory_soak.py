@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 import scenarios
-from pipeline.encoder import EncoderConfig
+from pipeline.encode.encoder import EncoderConfig
 from pipeline.results import read_report
 
 BATCHES = 2000

@@ -14,11 +14,11 @@ from support import (
     SAMPLES, decompression_bomb_pdf, deeply_nested_pdf, encrypt, form_fanout_pdf, page_tree_loop_pdf, text_pdf,
 )
 from pipeline import Embedder, JobConfig, run_job
-from pipeline.accelerators import plan_encoders
-from pipeline.encoder import EncoderConfig
+from pipeline.encode.placement import plan_encoders
+from pipeline.encode.encoder import EncoderConfig
 from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
-from pipeline.sandbox import ExtractConfig
+from pipeline.extract.sandbox import ExtractConfig
 
 LONG_TEXT = "\n\n".join(
     f"Paragraph {i}. Chunking splits long documents into windows of tokens that overlap, "

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pipeline.job as job  # noqa: E402
 from jobs.embed import main  # noqa: E402
-from pipeline import resume  # noqa: E402
+from pipeline.output import resume  # noqa: E402
 
 job.ENCODE_CALL_BATCHES = 2
 

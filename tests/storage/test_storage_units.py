@@ -12,12 +12,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import resume, shards, sink, storage
+from pipeline.io import filesystems as storage, shards
+from pipeline.output import resume, sink
 from pipeline.errors import ConfigError, OutputError, StorageError
-from pipeline.shards import ShardFields, iter_shard
-from pipeline.sources import InputFile, list_inputs, plan_groups, work_blocks
+from pipeline.io.shards import ShardFields, iter_shard
+from pipeline.io.listing import InputFile, list_inputs, plan_groups, work_blocks
 from pipeline.stages import extract_block
-from .storage_servers import REGION
+from storage_servers import REGION
 
 
 # --- redaction and locations -------------------------------------------------------------------

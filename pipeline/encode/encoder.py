@@ -20,9 +20,9 @@ import numpy as np
 
 from kernels import bert, sharding
 from kernels.sharding import ShardingRules
-from pipeline.batching import BatchingConfig, plan_batches
+from pipeline.encode.batching import BatchingConfig, plan_batches
 from pipeline.errors import ConfigError
-from pipeline.model import ModelSpec, load_params
+from pipeline.encode.model_dir import ModelSpec, load_params
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Per device at full length. On CPU, small batches keep a layer's activations

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from pipeline.batching import BatchingConfig, plan_batches
-from pipeline.encoder import EncoderConfig
+from pipeline.encode.batching import BatchingConfig, plan_batches
+from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 
 

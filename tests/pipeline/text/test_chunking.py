@@ -1,9 +1,9 @@
 import pytest
 
-from pipeline.chunking import PAGE_SEPARATOR, ChunkingConfig, chunk_document, join_pages
+from pipeline.text.chunking import PAGE_SEPARATOR, ChunkingConfig, chunk_document, join_pages
 from pipeline.errors import ConfigError
-from pipeline.model import default_model_dir
-from pipeline.tokenizer import Tokenizer
+from pipeline.encode.model_dir import default_model_dir
+from pipeline.text.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

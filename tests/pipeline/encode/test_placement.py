@@ -10,7 +10,7 @@ import ray
 
 from support import SAMPLES, wait_for_idle_cluster
 from pipeline import JobConfig, run_job
-from pipeline.accelerators import ACCELERATOR_HOST_CPUS, plan_encoders
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, plan_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
 

@@ -1,6 +1,6 @@
 import time
 
-from pipeline.stage_stats import StageClock, StageTable, StageTotals
+from pipeline.stage_clock import StageClock, StageTable, StageTotals
 
 
 def test_a_clock_sends_what_it_timed_since_the_last_send():

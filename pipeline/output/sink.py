@@ -1,6 +1,6 @@
 """The job's output: Parquet parts under `embeddings/` and `errors/`, then `_SUCCESS`.
 
-Each part holds the rows of one commit group (see `pipeline.resume`) that one
+Each part holds the rows of one commit group (see `pipeline.output.resume`) that one
 writer call received. It is made and read back in memory, then written whole
 or not at all (`storage.write_file`: one PUT on object stores, `_staging/` and a
 rename locally) and checked by its size, so a reader never sees a partial file. Its name is the group's id and a digest
@@ -20,10 +20,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipeline import storage
+from pipeline.io import filesystems as storage
 from pipeline.errors import OutputError, StorageError
-from pipeline.stage_stats import StageClock
-from pipeline.storage import filesystem_for, redact
+from pipeline.stage_clock import StageClock
+from pipeline.io.filesystems import filesystem_for, redact
 
 EMBEDDINGS_DIR = "embeddings"
 ERRORS_DIR = "errors"

@@ -6,10 +6,10 @@ import pytest
 
 from support import SAMPLES, deeply_nested_pdf, encrypt, page_tree_loop_pdf, text_pdf
 from pipeline import Embedder
-from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
+from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS, DocumentError, available_extractors, extract_pages, kind_of, resolve_extractor
-from pipeline.tokenizer import Tokenizer
+from pipeline.text.tokenizer import Tokenizer
 
 extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
 

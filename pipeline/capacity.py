@@ -2,7 +2,7 @@
 
 The job's own stage code runs in this process, on one core, over a sample of
 the input: reading, extraction, tokenisation and chunking each time
-themselves (pipeline.stage_stats), and the windows they make are encoded on
+themselves (pipeline.stage_clock), and the windows they make are encoded on
 this process's devices. One core's CPU stages yield R encoded tokens per
 second; a chip encodes E; a chip therefore needs E / R cores, times headroom.
 """
@@ -16,18 +16,18 @@ import time
 import jax
 import pyarrow as pa
 
-from pipeline import model as model_dir
-from pipeline.accelerators import ACCELERATOR_HOST_CPUS
-from pipeline.chunking import ChunkingConfig
-from pipeline.encoder import Encoder, EncoderConfig
+from pipeline.encode import model_dir
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS
+from pipeline.text.chunking import ChunkingConfig
+from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.errors import InputError
 from pipeline.job import EXTRACT_BATCH
-from pipeline.sandbox import ExtractConfig
-from pipeline.shards import ShardFields
-from pipeline.sources import list_inputs, plan_groups, work_blocks
-from pipeline.stage_stats import STAGE_UNITS, StageTable
+from pipeline.extract.sandbox import ExtractConfig
+from pipeline.io.shards import ShardFields
+from pipeline.io.listing import list_inputs, plan_groups, work_blocks
+from pipeline.stage_clock import STAGE_UNITS, StageTable
 from pipeline.stages import ChunkBlock, extract_block
-from pipeline.storage import redact
+from pipeline.io.filesystems import redact
 
 CPU_STAGES = ("read", "extract", "tokenise", "chunk")
 ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be steady

@@ -12,7 +12,7 @@ import pytest
 from kernels.attention import available_impls
 from pipeline import Embedder
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "st_reference.npz"
+FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "st_reference.npz"
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,16 @@
-"""`jobs/plan.py`: per-core CPU stage rates on a sample, the encoder's rate, cores per chip."""
+"""`jobs/capacity.py`: per-core CPU stage rates on a sample, the encoder's rate, cores per chip."""
 
 import re
 import subprocess
 import sys
 
 from support import REPO, SAMPLES
-from pipeline.chunking import ChunkingConfig
-from pipeline.encoder import EncoderConfig
-from pipeline.plan import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
-from pipeline.shards import ShardFields
+from pipeline.text.chunking import ChunkingConfig
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
+from pipeline.io.shards import ShardFields
 
-PLAN = [sys.executable, str(REPO / "jobs" / "plan.py")]
+CAPACITY = [sys.executable, str(REPO / "jobs" / "capacity.py")]
 
 
 def test_the_sample_runs_every_cpu_stage_of_the_job():
@@ -40,10 +40,10 @@ def test_the_encoder_rate_is_measured_on_this_machine():
 
 
 def test_command_line(tmp_path):
-    ok = subprocess.run(PLAN + ["--input", str(SAMPLES), "--encoder-tokens-per-s", "1000000"],
+    ok = subprocess.run(CAPACITY + ["--input", str(SAMPLES), "--encoder-tokens-per-s", "1000000"],
                         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert ok.returncode == 0, ok.stderr
     assert re.search(r"encoder: 1,000,000 tokens/s per chip \(given", ok.stdout)
     assert re.search(r"with 1.25x headroom: \d+\n", ok.stdout)
-    bad = subprocess.run(PLAN + ["--input", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    bad = subprocess.run(CAPACITY + ["--input", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.startswith("docembed: error: no documents")

@@ -1,12 +1,12 @@
 """Listing the job's inputs, and grouping them into the units that are committed together.
 
-Inputs are local paths, `file://`, `s3://` or `gs://` URIs (see `pipeline.storage`):
+Inputs are local paths, `file://`, `s3://` or `gs://` URIs (see `pipeline.io.filesystems`):
 files, or directories and prefixes searched recursively. `.pdf`, `.txt` and `.md`
 files are one document each; `.jsonl`, `.jsonl.gz` and `.parquet` files are
-shards of many (see `pipeline.shards`). The driver only lists names and sizes
+shards of many (see `pipeline.io.shards`). The driver only lists names and sizes
 here; document bytes are read by the workers.
 
-Groups (see `pipeline.resume` for why): the single-document files, sorted by
+Groups (see `pipeline.output.resume` for why): the single-document files, sorted by
 URI, in runs of `group_size`; and each shard alone. A group's id hashes its
 members' URIs with the settings that shape its output, so the same inputs and
 settings give the same groups, run after run.
@@ -22,8 +22,8 @@ import pyarrow.fs as pafs
 
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import kind_of
-from pipeline.shards import SHARD_KINDS, shard_kind_of
-from pipeline.storage import check_location, file_info, filesystem_for, list_files, redact, scheme_of, uri_of
+from pipeline.io.shards import SHARD_KINDS, shard_kind_of
+from pipeline.io.filesystems import check_location, file_info, filesystem_for, list_files, redact, scheme_of, uri_of
 
 
 @dataclasses.dataclass(frozen=True)

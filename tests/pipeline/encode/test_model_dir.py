@@ -3,21 +3,21 @@ import shutil
 
 import pytest
 
-from pipeline import model
+from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 
 
 def test_default_model_is_verified_and_described():
-    spec = model.resolve(None)
-    assert spec.model_id == model.DEFAULT_MODEL_ID
-    assert spec.weights_sha256 == model.DEFAULT_WEIGHTS_SHA256
+    spec = model_dir.resolve(None)
+    assert spec.model_id == model_dir.DEFAULT_MODEL_ID
+    assert spec.weights_sha256 == model_dir.DEFAULT_WEIGHTS_SHA256
     assert (spec.pooling, spec.normalize, spec.max_seq_length, spec.dim) == ("mean", True, 256, 384)
     assert len(spec.fingerprint) == 16
 
 
 def copy_model(tmp_path):
     dst = tmp_path / "model"
-    shutil.copytree(model.default_model_dir(), dst)
+    shutil.copytree(model_dir.default_model_dir(), dst)
     return dst
 
 
@@ -27,9 +27,9 @@ def test_bare_checkpoint_mean_pools_without_normalising(tmp_path):
     for name in ("modules.json", "sentence_bert_config.json"):
         (path / name).unlink()
     shutil.rmtree(path / "1_Pooling")
-    spec = model.resolve(str(path))
+    spec = model_dir.resolve(str(path))
     assert (spec.pooling, spec.normalize, spec.max_seq_length) == ("mean", False, 512)
-    assert spec.fingerprint != model.resolve(None).fingerprint
+    assert spec.fingerprint != model_dir.resolve(None).fingerprint
 
 
 def test_cls_pooling_is_read_from_the_pooling_config(tmp_path):
@@ -37,7 +37,7 @@ def test_cls_pooling_is_read_from_the_pooling_config(tmp_path):
     cfg = json.loads((path / "1_Pooling" / "config.json").read_text())
     cfg.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
     (path / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
-    assert model.resolve(str(path)).pooling == "cls"
+    assert model_dir.resolve(str(path)).pooling == "cls"
 
 
 @pytest.mark.parametrize(
@@ -53,21 +53,21 @@ def test_broken_model_directories_fail_clearly(tmp_path, breakage, message):
     path = copy_model(tmp_path)
     breakage(path)
     with pytest.raises(ModelError, match=message):
-        model.resolve(str(path))
+        model_dir.resolve(str(path))
 
 
 def test_corrupt_weights_fail_at_load(tmp_path):
     path = copy_model(tmp_path)
     (path / "model.safetensors").write_bytes(b"\x00" * 64)
     with pytest.raises(ModelError, match="cannot read"):
-        model.load_params(model.resolve(str(path)))
+        model_dir.load_params(model_dir.resolve(str(path)))
 
 
 def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="does not exist"):
-        model.resolve(str(tmp_path / "nope"))
+        model_dir.resolve(str(tmp_path / "nope"))
     tampered = copy_model(tmp_path)
     (tampered / "model.safetensors").write_bytes(b"tampered")
-    monkeypatch.setattr(model, "default_model_dir", lambda: tampered)
+    monkeypatch.setattr(model_dir, "default_model_dir", lambda: tampered)
     with pytest.raises(ModelError, match="expected 53aa5117"):
-        model.resolve(None)
+        model_dir.resolve(None)

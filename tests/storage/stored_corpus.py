@@ -44,7 +44,7 @@ def expected_docs(base: str) -> tuple[set[str], set[str]]:
 
 
 def upload(local: Path, uri: str) -> None:
-    from pipeline.storage import filesystem_for
+    from pipeline.io.filesystems import filesystem_for
 
     fs, path = filesystem_for(uri)
     pafs.copy_files(str(local), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)

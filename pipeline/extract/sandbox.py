@@ -3,7 +3,7 @@
 PDF parsers read untrusted input: a crafted file can loop for ever, inflate a
 stream to gigabytes, or crash PDFium's C code. A `Sandbox` runs
 `pipeline.extract.extract_pages` in a persistent child process (a plain
-`python -m pipeline.sandbox`, so it loads the extractors and nothing of Ray or
+`python -m pipeline.extract.sandbox`, so it loads the extractors and nothing of Ray or
 JAX) and waits for each document at most `timeout_s`. The child caps its own
 address space at what it holds after loading the extractors plus `memory_mib`
 (RLIMIT_AS), so a bomb fails with MemoryError in the child, not with the node's
@@ -116,11 +116,11 @@ class Sandbox:
     def _start(self) -> None:
         self.close()
         parent_end, child_end = socket.socketpair()
-        package_root = str(Path(__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         with child_end:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.sandbox", str(child_end.fileno()), self.extractor, str(self.cfg.memory_mib)],
+                [sys.executable, "-m", "pipeline.extract.sandbox", str(child_end.fileno()), self.extractor, str(self.cfg.memory_mib)],
                 pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL, env=env,
             )
         self._conn = Connection(parent_end.detach())

@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline.errors import StorageError
-from pipeline.storage import filesystem_for, retrying
+from pipeline.io.filesystems import filesystem_for, retrying
 
 SHARD_SUFFIXES = ((".jsonl.gz", "jsonl"), (".jsonl", "jsonl"), (".parquet", "parquet"))
 SHARD_KINDS = ("jsonl", "parquet")

@@ -54,11 +54,11 @@ import json
 
 import pyarrow.fs as pafs
 
-from pipeline import storage
+from pipeline.io import filesystems as storage
 from pipeline.errors import OutputError, StorageError
-from pipeline.sink import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE
-from pipeline.sources import Group
-from pipeline.storage import filesystem_for, redact
+from pipeline.output.sink import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE
+from pipeline.io.listing import Group
+from pipeline.io.filesystems import filesystem_for, redact
 
 MANIFEST_FILE = "_docembed.json"
 GROUPS_DIR = "_groups"

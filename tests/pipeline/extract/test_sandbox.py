@@ -12,7 +12,7 @@ import pytest
 from support import REPO, decompression_bomb_pdf, form_fanout_pdf
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages
-from pipeline.sandbox import ExtractConfig, Sandbox, SandboxError
+from pipeline.extract.sandbox import ExtractConfig, Sandbox, SandboxError
 
 extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
 
@@ -88,7 +88,7 @@ def test_the_child_does_not_outlive_a_killed_parent(tmp_path):
     parent = subprocess.Popen(
         [sys.executable, "-c", (
             "import os, signal\n"
-            "from pipeline.sandbox import ExtractConfig, Sandbox\n"
+            "from pipeline.extract.sandbox import ExtractConfig, Sandbox\n"
             "s = Sandbox(ExtractConfig('pypdf'))\n"
             "s.extract_pages(open('samples/pdf/pdflatex-4-pages.pdf', 'rb').read(), 'pdf')\n"
             "print(s.pid, flush=True)\n"

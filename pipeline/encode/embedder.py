@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline import model as model_dir
-from pipeline.encoder import Encoder, EncoderConfig
-from pipeline.tokenizer import Tokenizer
+from pipeline.encode import model_dir
+from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.text.tokenizer import Tokenizer
 
 # A handful of texts at a time: a call's last batch may shrink to a single row
 # (of each data shard), so embedding 3 texts does not compute 8.

@@ -12,7 +12,7 @@ import bisect
 import dataclasses
 
 from pipeline.errors import ConfigError
-from pipeline.tokenizer import Tokenizer
+from pipeline.text.tokenizer import Tokenizer
 
 # Pages of a PDF are joined with this, so no token straddles a page break.
 PAGE_SEPARATOR = "\n\n"

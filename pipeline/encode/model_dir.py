@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from kernels.bert import BertConfig, Params, params_from_hf
-from pipeline import storage
+from pipeline.io import filesystems as storage
 from pipeline.errors import ModelError, UserError
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
