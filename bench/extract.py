@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages  # noqa: E402
 from pipeline.encode.model_dir import resolve  # noqa: E402
+from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages  # noqa: E402
 from pipeline.extract.sandbox import ExtractConfig, Sandbox  # noqa: E402
 from pipeline.text.tokenizer import Tokenizer  # noqa: E402
 

@@ -25,13 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline import JobConfig, run_job  # noqa: E402
-from pipeline.text.chunking import ChunkingConfig  # noqa: E402
-from pipeline.encode.encoder import Encoder  # noqa: E402
-from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
-from pipeline.encode.model_dir import resolve  # noqa: E402
 from pipeline.capacity import sample_cpu_stages  # noqa: E402
+from pipeline.encode.encoder import Encoder  # noqa: E402
+from pipeline.encode.model_dir import resolve  # noqa: E402
+from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
 from pipeline.extract.sandbox import ExtractConfig  # noqa: E402
 from pipeline.io.shards import ShardFields  # noqa: E402
+from pipeline.text.chunking import ChunkingConfig  # noqa: E402
 
 
 def corpus_copies(source: Path, copies: int, root: Path) -> Path:

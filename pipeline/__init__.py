@@ -14,14 +14,9 @@ __all__ = ["Embedder", "JobConfig", "run_job"]
 # pipeline.extract and must not pay the seconds and memory of loading JAX.
 _EXPORTS = {"Embedder": ("pipeline.encode.embedder", "Embedder"), "JobConfig": ("pipeline.config", "JobConfig"),
             "run_job": ("pipeline.job", "run")}
-# The model directory module under its old name, for `from pipeline import model` in tests/kernels until
-# they import pipeline.encode.model_dir (other branches are rewriting them).
-_MODULE_ALIASES = {"model": "pipeline.encode.model_dir"}
 
 
 def __getattr__(name: str):
-    if name in _MODULE_ALIASES:
-        return importlib.import_module(_MODULE_ALIASES[name])
     if name not in _EXPORTS:
         raise AttributeError(f"module 'pipeline' has no attribute {name!r}")
     module, attr = _EXPORTS[name]

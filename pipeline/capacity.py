@@ -1,4 +1,4 @@
-"""How many CPU cores per accelerator chip keep the chips busy on a corpus like a sample of it.
+"""Capacity: how many CPU cores per accelerator chip keep the chips busy on a corpus like a sample of it.
 
 The job's own stage code runs in this process, on one core, over a sample of
 the input: reading, extraction, tokenisation and chunking each time
@@ -17,17 +17,17 @@ import jax
 import pyarrow as pa
 
 from pipeline.encode import model_dir
-from pipeline.encode.placement import ACCELERATOR_HOST_CPUS
-from pipeline.text.chunking import ChunkingConfig
 from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS
 from pipeline.errors import InputError
-from pipeline.job import EXTRACT_BATCH
 from pipeline.extract.sandbox import ExtractConfig
+from pipeline.io.listing import list_inputs
 from pipeline.io.shards import ShardFields
-from pipeline.io.listing import list_inputs, plan_groups, work_blocks
-from pipeline.stage_clock import STAGE_UNITS, StageTable
-from pipeline.stages import ChunkBlock, extract_block
-from pipeline.io.filesystems import redact
+from pipeline.io.uris import redact
+from pipeline.output.groups import form_groups, work_blocks
+from pipeline.stage_clock import STAGE_UNITS, RunTally, StageTable
+from pipeline.stages import EXTRACT_BATCH, ChunkBlock, extract_block
+from pipeline.text.chunking import ChunkingConfig
 
 CPU_STAGES = ("read", "extract", "tokenise", "chunk")
 ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be steady
@@ -79,18 +79,18 @@ def sample_cpu_stages(
         raise InputError(f"no documents under {redact(', '.join(locations))}")
     step = max(1, len(inputs) // sample_docs)
     sample = inputs[::step][:sample_docs]
-    table = StageTable()
-    chunker = ChunkBlock(model, chunking, stats=table)
+    tally = RunTally()
+    chunker = ChunkBlock(model, chunking, record=tally.record)
     windows, documents = [], 0
-    for block in work_blocks(plan_groups(sample, group_size=len(sample)), EXTRACT_BATCH):
-        for docs in extract_block(block, fields, extract, stats=table):
+    for block in work_blocks(form_groups(sample, group_size=len(sample)), EXTRACT_BATCH):
+        for docs in extract_block(block, fields, extract, record=tally.record):
             chunks = chunker(docs)
             documents += docs.num_rows
             ok = pa.compute.is_null(chunks.column("error_type"))
             windows += chunks.filter(ok).column("token_ids").to_pylist()
         if documents >= sample_docs:
             break
-    return CpuSample(documents, len(inputs), table, windows)
+    return CpuSample(documents, len(inputs), tally.stages(), windows)
 
 
 def measure_encoder(model: str | None, cfg: EncoderConfig, windows: list[list[int]]) -> EncoderRate:

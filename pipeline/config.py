@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.encode.placement import DEFAULT_COMPILE_CACHE
+from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
@@ -13,7 +13,7 @@ from pipeline.extract.sandbox import ExtractConfig
 @dataclasses.dataclass(frozen=True)
 class Resources:
     """CPU encoder actors. (Accelerator encoders and the CPU stages are sized by
-    pipeline.encode.placement.plan_encoders from the cluster.)
+    pipeline.encode.placement.place_encoders from the cluster.)
 
     A CPU encoder actor requests one CPU although XLA's CPU backend spreads one
     program over every core it can find: the CPU stages share the rest of the

@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
-from pipeline.encode.placement import ACCELERATORS, DEFAULT_COMPILE_CACHE
 from pipeline.config import JobConfig, Resources
+from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder import DTYPES, EncoderConfig, parse_mesh
+from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig

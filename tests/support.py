@@ -6,12 +6,14 @@ import io
 import os
 import time
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
-CORPUS = REPO.parent / "shared" / "corpus" / "py-pdf-sample-files"
+# ../shared beside the clone, or DOCEMBED_SHARED where the shared folder lives elsewhere (a git worktree).
+SHARED = Path(os.environ.get("DOCEMBED_SHARED") or REPO.parent / "shared")
+CORPUS = SHARED / "corpus" / "py-pdf-sample-files"
 
 
 def wait_for_idle_cluster(timeout: float = 60) -> None:
@@ -26,6 +28,13 @@ def wait_for_idle_cluster(timeout: float = 60) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"the cluster's resources are still held: {ray.available_resources()}")
+
+
+def text_files(n: int, prefix: str = "/d/f") -> list:
+    """`n` listed text files (not on disk), as the driver's listing gives them."""
+    from pipeline.io.listing import InputFile
+
+    return [InputFile(f"{prefix}{i:03d}.txt", "text", 1) for i in range(n)]
 
 
 def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:

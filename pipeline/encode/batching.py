@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -63,6 +63,20 @@ class BatchingConfig:
         return quantum * (1 << (quanta.bit_length() - 1))
 
 
+@dataclasses.dataclass
+class EncodeStats:
+    """What encoding cost: real tokens, tokens computed (padding included), and batches."""
+
+    real_tokens: int = 0
+    computed_tokens: int = 0
+    batches: int = 0
+
+    def add(self, other: EncodeStats) -> None:
+        self.real_tokens += other.real_tokens
+        self.computed_tokens += other.computed_tokens
+        self.batches += other.batches
+
+
 @dataclasses.dataclass(frozen=True)
 class Batch:
     ids_BT: np.ndarray  # int32, right-padded with pad id 0
@@ -74,7 +88,7 @@ class Batch:
         return int(self.lengths_B[: len(self.rows)].sum())
 
 
-def plan_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Iterator[Batch]:
+def pack_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Iterator[Batch]:
     """Sorts sequences by length and packs them into padded static-shape batches.
 
     Each bucket first fills whole batches. What is left over of every bucket then

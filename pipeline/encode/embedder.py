@@ -25,7 +25,7 @@ class Embedder:
         self.tokenizer = tokenizer
 
     @classmethod
-    def load(cls, model: str | None = None, **encoder_options) -> "Embedder":
+    def load(cls, model: str | None = None, **encoder_options) -> Embedder:
         """`model`: a model directory, or None for the bundled default. Options: see `EncoderConfig`."""
         spec = model_dir.resolve(model)
         encoder = Encoder(spec, EncoderConfig(**encoder_options), tail_halvings=INTERACTIVE_TAIL_HALVINGS)

@@ -12,17 +12,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from kernels import bert, sharding
+from kernels.attention import IMPLS as ATTENTION_IMPLS
 from kernels.sharding import ShardingRules
-from pipeline.encode.batching import BatchingConfig, plan_batches
-from pipeline.errors import ConfigError
+from pipeline.encode.batching import BatchingConfig, EncodeStats, pack_batches
 from pipeline.encode.model_dir import ModelSpec, load_params
+from pipeline.errors import ConfigError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Per device at full length. On CPU, small batches keep a layer's activations
@@ -49,6 +50,9 @@ class EncoderConfig:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.attention not in ("auto", *ATTENTION_IMPLS):
+            known = ", ".join(("auto", *ATTENTION_IMPLS))
+            raise ConfigError(f"unknown attention implementation {self.attention!r}; known: {known}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         _check_mesh(self.mesh)
@@ -94,18 +98,6 @@ def _mesh_shape(mesh: MeshShape, n_devices: int) -> dict[str, int]:
         mesh_text = _format_mesh(tuple(shape.items()))
         raise ConfigError(f"mesh {mesh_text} needs {needed} devices; this process has {n_devices}")
     return shape
-
-
-@dataclasses.dataclass
-class EncodeStats:
-    real_tokens: int = 0
-    computed_tokens: int = 0
-    batches: int = 0
-
-    def add(self, other: "EncodeStats") -> None:
-        self.real_tokens += other.real_tokens
-        self.computed_tokens += other.computed_tokens
-        self.batches += other.batches
 
 
 class Encoder:
@@ -164,7 +156,7 @@ class Encoder:
         """Token id sequences (special tokens included) -> embeddings [n, dim] float32."""
         out = np.empty((len(token_ids), self.spec.dim), dtype=np.float32)
         stats = EncodeStats()
-        for batch in plan_batches(token_ids, self.batching):
+        for batch in pack_batches(token_ids, self.batching):
             self.compiled_shapes.add(batch.ids_BT.shape)
             ids_BT, lengths_B = jax.device_put((batch.ids_BT, batch.lengths_B), self._batch_shardings)
             emb_BD = self._embed(self._params, ids_BT, lengths_B)

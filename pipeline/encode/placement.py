@@ -2,7 +2,7 @@
 
 On a TPU slice each encoder actor owns every chip of its host (JAX addresses a
 host's chips from one process) and builds its mesh over them; hosts work
-data-parallel through Ray and never talk to each other. `plan_encoders` decides
+data-parallel through Ray and never talk to each other. `place_encoders` decides
 from the cluster's node list alone, so it is testable without a cluster, and it
 fails fast when the requested accelerator is absent instead of leaving actors
 pending forever.
@@ -10,15 +10,11 @@ pending forever.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import os
-from pathlib import Path
 
 from pipeline.errors import ConfigError
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
-DEFAULT_COMPILE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docembed" / "jax"
 
 # CPUs an accelerator's encoder actor reserves on its host: one for its Python
 # (packing batches, converting results), one for JAX's transfer and dispatch
@@ -55,7 +51,7 @@ def _alive(nodes: list[dict]) -> list[dict]:
     return [n for n in nodes if n.get("Alive", True)]
 
 
-def plan_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None, cpu_per_actor: float) -> EncoderPlacement:
+def place_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None, cpu_per_actor: float) -> EncoderPlacement:
     """Encoder actors for the accelerator `requested` on a cluster of `nodes` (as `ray.nodes()` lists them),
     and how wide the CPU stages beside them may grow.
 
@@ -97,37 +93,3 @@ def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> Encode
             f"reserve {encoders:g} and the CPU stages need {2 * placement.stage_cpus:g} more"
         )
     return dataclasses.replace(placement, max_cpu_actors=slots - 1)
-
-
-# This process's persistent-cache lookups, from JAX's monitoring events: a restarted
-# actor that reuses the cache shows hits and no misses (each miss compiles afresh).
-_CACHE_EVENTS = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
-_cache_counts: collections.Counter = collections.Counter()
-_counting = False  # listeners cannot be removed: register one per process
-
-
-def _count_cache_event(event: str, **_) -> None:
-    if event in _CACHE_EVENTS:
-        _cache_counts[_CACHE_EVENTS[event]] += 1
-
-
-def compilation_cache_counts() -> dict[str, int]:
-    """Persistent compilation cache hits and misses in this process since the cache was enabled."""
-    return {"hits": _cache_counts["hits"], "misses": _cache_counts["misses"]}
-
-
-def enable_compilation_cache(path: str | Path | None) -> None:
-    """Turns on JAX's persistent compilation cache, so a restarted actor loads rather than compiles."""
-    if path is None:
-        return
-    import jax
-
-    global _counting
-    if not _counting:
-        jax.monitoring.register_event_listener(_count_cache_event)
-        _counting = True
-    Path(path).mkdir(parents=True, exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    # Every program counts: the encoder compiles few, and each costs seconds.
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

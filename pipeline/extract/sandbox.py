@@ -33,8 +33,8 @@ import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from pipeline.errors import ConfigError
-from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages, resolve_extractor
+from pipeline.errors import ConfigError, DocumentError, SandboxError
+from pipeline.extract import PDF_EXTRACTORS, extract_pages, resolve_extractor
 
 STARTUP_TIMEOUT_S = 60  # a child that cannot import the extractors in this long is an infrastructure failure
 PARENT_POLL_S = 1.0  # how often the child checks that its parent is still alive
@@ -62,10 +62,6 @@ class ExtractConfig:
                 "--extract-timeout must be at least 1 s and --extract-memory at least 64 MiB, "
                 f"got {self.timeout_s} and {self.memory_mib}"
             )
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself cannot run: not a document's fault, so it stops the job."""
 
 
 class Sandbox:

@@ -22,13 +22,15 @@ import gzip
 import io
 import json
 import zlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipeline.errors import StorageError
-from pipeline.io.filesystems import filesystem_for, retrying
+from pipeline.errors import ShardError, StorageError
+from pipeline.io.filesystems import filesystem_for
+from pipeline.io.retries import NOT_FOUND, retrying
+from pipeline.schemas import error_row
 
 SHARD_SUFFIXES = ((".jsonl.gz", "jsonl"), (".jsonl", "jsonl"), (".parquet", "parquet"))
 SHARD_KINDS = ("jsonl", "parquet")
@@ -51,7 +53,7 @@ def shard_kind_of(path: str) -> str | None:
 
 
 def _error(doc_id: str, error_type: str, message: str, stage: str = "read") -> dict:
-    return {"doc_id": doc_id, "error_stage": stage, "error_type": error_type, "error_message": message[:2000]}
+    return error_row({"doc_id": doc_id}, stage, error_type, message)
 
 
 def _document(uri: str, doc_id, text, where: str) -> dict:
@@ -76,7 +78,7 @@ def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields()) -> Iter
             for row in rows:
                 count += 1
                 yield row
-    except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+    except NOT_FOUND as e:
         yield _error(uri, type(e).__name__, str(e))
         return
     except ShardError as e:
@@ -85,12 +87,6 @@ def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields()) -> Iter
         return
     if count == 0:
         yield _error(uri, "EmptyShard", "the shard holds no documents")
-
-
-class ShardError(Exception):
-    def __init__(self, error_type: str, message: str):
-        super().__init__(message)
-        self.error_type = error_type
 
 
 def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields) -> Iterator[dict]:

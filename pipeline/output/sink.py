@@ -1,8 +1,8 @@
 """The job's output: Parquet parts under `embeddings/` and `errors/`, then `_SUCCESS`.
 
-Each part holds the rows of one commit group (see `pipeline.output.resume`) that one
+Each part holds the rows of one commit group (see `pipeline.output.ledger`) that one
 writer call received. It is made and read back in memory, then written whole
-or not at all (`storage.write_file`: one PUT on object stores, `_staging/` and a
+or not at all (`write_file`: one PUT on object stores, `_staging/` and a
 rename locally) and checked by its size, so a reader never sees a partial file. Its name is the group's id and a digest
 of its rows' keys, so a retried write lands on the same name. `_SUCCESS` is
 written last, whole or not at all.
@@ -11,7 +11,6 @@ written last, whole or not at all.
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import uuid
 
@@ -20,58 +19,27 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipeline.io import filesystems as storage
 from pipeline.errors import OutputError, StorageError
-from pipeline.stage_clock import StageClock
-from pipeline.io.filesystems import filesystem_for, redact
-
-EMBEDDINGS_DIR = "embeddings"
-ERRORS_DIR = "errors"
-STAGING_DIR = "_staging"
-SUCCESS_FILE = "_SUCCESS"
-
-# What a chunk row keeps in embeddings/: the stages' tracking columns stay behind.
-EMBEDDING_COLUMNS = [
-    "doc_id", "chunk_index", "text", "page_start", "page_end", "char_start", "char_end", "n_tokens", "embedding"
-]
-
-ERRORS_SCHEMA = pa.schema(
-    [
-        pa.field("doc_id", pa.string()),
-        pa.field("stage", pa.string()),
-        pa.field("error_type", pa.string()),
-        pa.field("message", pa.string()),
-    ]
-)
-
-SUMMARY_SCHEMA = pa.schema(
-    [
-        pa.field("group", pa.string()),
-        pa.field("group_docs", pa.int64()),  # documents in the group, when a row said so
-        pa.field("docs_started", pa.int64()),  # documents whose first row (chunk 0 or error) is here
-        pa.field("rows", pa.int64()),
-        pa.field("expected_rows", pa.int64()),  # rows the documents started here have in all
-        pa.field("parts", pa.list_(pa.string())),  # paths under the output, e.g. "embeddings/part-....parquet"
-        pa.field("docs_ok", pa.int64()),
-        pa.field("docs_failed", pa.int64()),
-        pa.field("chunks", pa.int64()),
-        pa.field("tokens", pa.int64()),
-        pa.field("error_types", pa.string()),  # JSON object: error_type -> count
-    ]
-)
+from pipeline.io import filesystems as storage
+from pipeline.io.filesystems import filesystem_for
+from pipeline.io.retries import describe, retrying
+from pipeline.io.uris import check_location, redact
+from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE, part_name
+from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA
+from pipeline.stage_clock import Record, StageClock
 
 
 def check_writable(output: str) -> None:
     """Raises OutputError unless `output` can be written; leaves no trace behind."""
-    storage.check_location(output)
+    check_location(output)
     fs, root = filesystem_for(output)
     probe = f"{root}/.docembed-write-probe-{uuid.uuid4().hex[:8]}"
     try:
         if storage.is_object_store(fs):
-            bucket = root.split("/", 1)[0]
-            if storage.file_info(fs, bucket).type == pafs.FileType.NotFound:
+            bucket = storage.bucket_missing(fs, root)
+            if bucket:
                 raise OutputError(f"output {redact(output)} is not writable: there is no bucket {bucket}")
-            storage.retrying(f"cannot write {probe}", lambda: _write_probe(fs, probe))
+            retrying(f"cannot write {probe}", lambda: _write_probe(fs, probe))
             storage.delete_file(fs, probe)
             return
         existed = storage.exists(fs, root)
@@ -81,7 +49,7 @@ def check_writable(output: str) -> None:
         if not existed:
             fs.delete_dir(root)
     except (OSError, ValueError, StorageError) as e:
-        raise OutputError(f"output {redact(output)} is not writable: {storage.describe(e)}") from None
+        raise OutputError(f"output {redact(output)} is not writable: {describe(e)}") from None
 
 
 def _write_probe(fs: pafs.FileSystem, path: str) -> None:
@@ -104,21 +72,14 @@ def _commit(fs: pafs.FileSystem, root: str, subdir: str, name: str, table: pa.Ta
     return f"{subdir}/{name}"
 
 
-def part_name(group: str, table: pa.Table) -> str:
-    """`part-<group>-<digest of the rows' (doc_id, chunk_index)>.parquet`: the same rows, the same name."""
-    keys = table.column("doc_id").to_pylist()
-    if "chunk_index" in table.column_names:
-        keys = [f"{d}\0{c}" for d, c in zip(keys, table.column("chunk_index").to_pylist())]
-    digest = hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]
-    return f"part-{group}-{digest}.parquet"
-
-
-def write_block(batch: pa.Table, output: str, metadata: dict[str, str] | None = None, stats=None) -> pa.Table:
+def write_block(
+    batch: pa.Table, output: str, metadata: dict[str, str] | None = None, record: Record | None = None
+) -> pa.Table:
     """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary row per group in `batch`.
 
-    `stats`: a RunStats handle that gets the time this took.
+    `record` gets the time this took.
     """
-    clock = StageClock(stats)
+    clock = StageClock(record)
     with clock.timing("write") as counts:
         fs, root = filesystem_for(output)
         summaries = []

@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import scenarios
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.results import read_report
+
+import scenarios
 
 BATCHES = 2000
 SENTENCES = 8  # about 175 tokens: every note lands in the 256-token bucket, one row per batch

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import scenarios
 from jobs.embed import main
 from pipeline import JobConfig, run_job
+
+import scenarios
 from support import REPO, assert_no_secrets, execute_notebook, notebook_outputs_text, ray_log_files
 
 HOSTILE_IDS = ["../../escape", "/abs/path", "..%2F..%2Fx", "%2e%2e/", "..\\..\\win", "./../dot", "a/../../b"]

@@ -4,11 +4,12 @@ import re
 import subprocess
 import sys
 
-from support import REPO, SAMPLES
-from pipeline.text.chunking import ChunkingConfig
-from pipeline.encode.encoder import EncoderConfig
 from pipeline.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
+from pipeline.encode.encoder import EncoderConfig
 from pipeline.io.shards import ShardFields
+from pipeline.text.chunking import ChunkingConfig
+
+from support import REPO, SAMPLES
 
 CAPACITY = [sys.executable, str(REPO / "jobs" / "capacity.py")]
 

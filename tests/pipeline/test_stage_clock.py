@@ -1,11 +1,12 @@
 import time
 
-from pipeline.stage_clock import StageClock, StageTable, StageTotals
+from pipeline.encode.batching import EncodeStats
+from pipeline.stage_clock import EncoderCall, RunTally, StageClock, StageTable, StageTotals
 
 
 def test_a_clock_sends_what_it_timed_since_the_last_send():
-    table = StageTable()
-    clock = StageClock(table)
+    tally = RunTally()
+    clock = StageClock(tally.record)
     before = time.time()
     with clock.timing("extract") as counts:
         time.sleep(0.05)
@@ -14,7 +15,7 @@ def test_a_clock_sends_what_it_timed_since_the_last_send():
         counts["pages"] += 2
     clock.send()
     clock.send()  # nothing new: nothing added
-    extract = table.stages["extract"]
+    extract = tally.stages().stages["extract"]
     assert extract.counts["pages"] == 5 and extract.busy_s >= 0.05
     assert extract.workers == {clock.worker}
     assert before <= extract.first and extract.span_s >= extract.busy_s - 1e-6
@@ -47,3 +48,19 @@ def test_utilisation_per_worker_names_the_bottleneck():
     assert report["encode"]["tokens_per_busy_s"] == 1000.0
     assert table.line(10.0) == "stages busy: extract 40%, encode 90%; bottleneck encode"
     assert StageTable().bottleneck(1.0) is None
+
+
+def test_a_retried_encoder_call_counts_once():
+    """Ray retries a call whose actor died: the retry's report (same call, new process) replaces the first one's."""
+    tally = RunTally()
+    first, retry = StageClock(tally.record), StageClock(tally.record)
+    retry.worker = "host:2"  # the restarted actor: another process
+    for clock, call in ((first, "rows-a"), (first, "rows-b"), (retry, "rows-b")):
+        with clock.timing("encode") as counts:
+            counts["tokens"] += 100
+        clock.send(call=call, encoder=EncoderCall(EncodeStats(100, 128, 1), ((4, 32),), {"hits": 0, "misses": 1}))
+    encoders = tally.encoders()
+    assert encoders[first.worker].stats == EncodeStats(100, 128, 1)
+    assert encoders["host:2"].stats == EncodeStats(100, 128, 1)
+    assert tally.stages().stages["encode"].counts["tokens"] == 200
+    assert encoders["host:2"].pid == 2 and encoders["host:2"].compiled_shapes == ((4, 32),)

@@ -13,12 +13,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from stored_corpus import expected_docs, upload
-from support import assert_no_secrets, ray_log_files
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.errors import StorageError
-from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 from pipeline.io.filesystems import filesystem_for, list_files
+from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+
+from stored_corpus import expected_docs, upload
+from support import assert_no_secrets, ray_log_files
 
 GROUP = 4  # files per commit group: the corpus makes several
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from pipeline.encode.batching import BatchingConfig, plan_batches
+from pipeline.encode.batching import BatchingConfig, pack_batches
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 
@@ -17,7 +17,7 @@ def test_every_sequence_lands_once_in_a_static_shape():
     seqs = [list(rng.integers(1, 1000, size=n)) for n in rng.integers(1, 257, size=300)]
     seen = []
     shapes = set()
-    for batch in plan_batches(seqs, cfg):
+    for batch in pack_batches(seqs, cfg):
         shapes.add(batch.ids_BT.shape)
         full_rows = cfg.rows_for(batch.ids_BT.shape[1])
         assert batch.ids_BT.shape[0] in (full_rows, full_rows // 2, full_rows // 4)
@@ -33,22 +33,22 @@ def test_every_sequence_lands_once_in_a_static_shape():
 def test_a_partial_batch_is_cut_into_halves_and_quarters():
     cfg = BatchingConfig(max_seq_len=256, batch_size=8)  # 8 rows at 256, quantum 2
     seqs = [[7] * 200] * 21
-    shapes = [b.ids_BT.shape for b in plan_batches(seqs, cfg)]
+    shapes = [b.ids_BT.shape for b in pack_batches(seqs, cfg)]
     assert shapes == [(8, 256), (8, 256), (4, 256), (2, 256)]  # 5 left: 4, then 1 in a batch of 2
     assert [cfg.tail_rows(256, n) for n in range(1, 9)] == [2, 2, 4, 4, 4, 4, 8, 8]
 
 
 def test_tail_halvings_bound_the_smallest_shape():
     seqs = [[1, 2, 3]] * 3
-    (whole,) = plan_batches(seqs, BatchingConfig(max_seq_len=256, batch_size=32, tail_halvings=0))
+    (whole,) = pack_batches(seqs, BatchingConfig(max_seq_len=256, batch_size=32, tail_halvings=0))
     assert whole.ids_BT.shape == (256, 32)
-    small = [b.ids_BT.shape for b in plan_batches(seqs, BatchingConfig(max_seq_len=256, batch_size=32, tail_halvings=16))]
+    small = [b.ids_BT.shape for b in pack_batches(seqs, BatchingConfig(max_seq_len=256, batch_size=32, tail_halvings=16))]
     assert small == [(2, 32), (1, 32)]
 
 
 def test_too_long_and_bad_sizes_are_refused():
     with pytest.raises(ValueError):
-        list(plan_batches([[1] * 300], BatchingConfig(max_seq_len=256, batch_size=1)))
+        list(pack_batches([[1] * 300], BatchingConfig(max_seq_len=256, batch_size=1)))
     with pytest.raises(ConfigError, match="batch size"):
         EncoderConfig(batch_size=0)
 
@@ -56,7 +56,7 @@ def test_too_long_and_bad_sizes_are_refused():
 def test_leftovers_of_short_buckets_ride_in_spare_rows():
     cfg = BatchingConfig(max_seq_len=256, batch_size=4)
     seqs = [[7] * 200] * 5 + [[7] * 20] * 3
-    batches = list(plan_batches(seqs, cfg))
+    batches = list(pack_batches(seqs, cfg))
     assert [b.ids_BT.shape for b in batches] == [(4, 256), (4, 256)]
     assert sorted(i for b in batches for i in b.rows) == list(range(8))
     assert sum(b.real_tokens for b in batches) == 5 * 200 + 3 * 20
@@ -66,5 +66,5 @@ def test_rows_split_evenly_over_the_data_axis():
     cfg = BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8)
     assert cfg.rows_for(256) == 32 and cfg.rows_for(32) == 256
     tail = BatchingConfig(max_seq_len=256, batch_size=4, row_multiple=8, tail_halvings=16)
-    (batch,) = plan_batches([[1, 2]] * 3, tail)
+    (batch,) = pack_batches([[1, 2]] * 3, tail)
     assert batch.ids_BT.shape == (8, 32)

@@ -11,8 +11,10 @@ import pytest
 
 from kernels.attention import available_impls
 from pipeline import Embedder
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.errors import ConfigError
 
-FIXTURE = Path(__file__).resolve().parents[3] / "fixtures" / "st_reference.npz"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "st_reference.npz"
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +75,10 @@ def test_every_attention_impl_gives_the_same_embeddings(reference, impl):
     texts, expected = reference
     got = Embedder.load(attention=impl).embed(texts[:12])
     assert cosine(got, expected[:12]).min() >= 0.9999, impl
+
+
+def test_an_unknown_attention_name_fails_at_load_not_at_trace_time():
+    with pytest.raises(ConfigError, match="unknown attention implementation 'typo'; known: auto, reference"):
+        EncoderConfig(attention="typo")
+    with pytest.raises(ConfigError, match="'typo'"):
+        Embedder.load(attention="typo")

@@ -8,11 +8,12 @@ the mock, and the only one.
 import pytest
 import ray
 
-from support import SAMPLES, wait_for_idle_cluster
 from pipeline import JobConfig, run_job
-from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, plan_encoders
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, place_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
+
+from support import SAMPLES, wait_for_idle_cluster
 
 
 def node(cpu=8, **extra):
@@ -21,7 +22,7 @@ def node(cpu=8, **extra):
 
 def test_one_actor_per_tpu_host_owning_all_its_chips():
     nodes = [node(), node(TPU=4), node(TPU=4), {"Alive": False, "Resources": {"TPU": 4}}]
-    placement = plan_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
+    placement = place_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
     assert placement.kind == "tpu" and placement.actors == 2
     assert placement.ray_remote_args == {"resources": {"TPU": 4}, "num_cpus": ACCELERATOR_HOST_CPUS}
     # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept for writers.
@@ -29,26 +30,26 @@ def test_one_actor_per_tpu_host_owning_all_its_chips():
 
 
 def test_cpu_stages_overlap_a_cpu_encoder_and_too_few_cpus_fail_fast():
-    laptop = plan_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
+    laptop = place_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
     assert (laptop.stage_cpus, laptop.max_cpu_actors) == (0.5, 1)
     with pytest.raises(ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"):
-        plan_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
+        place_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
 
 
 def test_gpu_one_actor_per_gpu_and_cpu_one_per_node():
-    gpu = plan_encoders("auto", [node(GPU=2), node(GPU=1)], cpu_actors=None, cpu_per_actor=1)
+    gpu = place_encoders("auto", [node(GPU=2), node(GPU=1)], cpu_actors=None, cpu_per_actor=1)
     assert (gpu.kind, gpu.actors, gpu.ray_remote_args["num_gpus"]) == ("gpu", 3, 1)
-    cpu = plan_encoders("auto", [node(), node()], cpu_actors=None, cpu_per_actor=2)
+    cpu = place_encoders("auto", [node(), node()], cpu_actors=None, cpu_per_actor=2)
     assert (cpu.kind, cpu.actors, cpu.ray_remote_args) == ("cpu", 2, {"num_cpus": 2})
-    assert plan_encoders("cpu", [node(TPU=4)], cpu_actors=3, cpu_per_actor=1).actors == 3
+    assert place_encoders("cpu", [node(TPU=4)], cpu_actors=3, cpu_per_actor=1).actors == 3
 
 
 @pytest.mark.parametrize("kind", ["tpu", "gpu"])
 def test_missing_accelerator_fails_fast(kind):
     with pytest.raises(ConfigError, match=f"--accelerator {kind}, but no node"):
-        plan_encoders(kind, [node(), node()], cpu_actors=None, cpu_per_actor=1)
+        place_encoders(kind, [node(), node()], cpu_actors=None, cpu_per_actor=1)
     with pytest.raises(ConfigError, match="must be one of"):
-        plan_encoders("npu", [node()], cpu_actors=None, cpu_per_actor=1)
+        place_encoders("npu", [node()], cpu_actors=None, cpu_per_actor=1)
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,20 @@ import unicodedata
 import numpy as np
 import pytest
 
-from support import SAMPLES, deeply_nested_pdf, encrypt, page_tree_loop_pdf, text_pdf
 from pipeline import Embedder
-from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.errors import ConfigError
-from pipeline.extract import PDF_EXTRACTORS, DocumentError, available_extractors, extract_pages, kind_of, resolve_extractor
+from pipeline.extract import (
+    PDF_EXTRACTORS,
+    DocumentError,
+    available_extractors,
+    extract_pages,
+    kind_of,
+    resolve_extractor,
+)
+from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
+
+from support import SAMPLES, deeply_nested_pdf, encrypt, page_tree_loop_pdf, text_pdf
 
 extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
 

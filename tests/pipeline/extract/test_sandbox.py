@@ -9,10 +9,11 @@ from contextlib import closing
 import psutil
 import pytest
 
-from support import REPO, decompression_bomb_pdf, form_fanout_pdf
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, SandboxError
 from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages
-from pipeline.extract.sandbox import ExtractConfig, Sandbox, SandboxError
+from pipeline.extract.sandbox import ExtractConfig, Sandbox
+
+from support import REPO, decompression_bomb_pdf, form_fanout_pdf
 
 extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
 
