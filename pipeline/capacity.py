@@ -119,7 +119,8 @@ def render(sample: CpuSample, encoder: EncoderRate, headroom: float) -> str:
     needed = cores_per_chip(sample, encoder, headroom)
     lines = [
         f"sample: {sample.documents} documents of {sample.inputs} inputs, "
-        f"{sample.encoded_tokens:,} encoded tokens ({sample.encoded_tokens / max(sample.documents, 1):,.0f} per document)",
+        f"{sample.encoded_tokens:,} encoded tokens "
+        f"({sample.encoded_tokens / max(sample.documents, 1):,.0f} per document)",
         "CPU stages on one core (this process, the job's own code):",
     ]
     for stage in CPU_STAGES:

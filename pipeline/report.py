@@ -146,7 +146,8 @@ class ProgressLine:
         elif done_fraction >= 1:
             eta = "0s"
         line = (
-            f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), {report.tokens} tokens; "
+            f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), "
+            f"{report.tokens} tokens; "
             f"{docs / elapsed:.1f} docs/s, {report.tokens / elapsed:,.0f} tokens/s; ETA {eta}"
         )
         if self.stages is not None:

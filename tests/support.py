@@ -113,7 +113,7 @@ _FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
 
 def text_pdf(pages: list[str], *, padding_bytes: int = 0) -> bytes:
-    """One page of Helvetica text per string, a line per line; `padding_bytes` of random image data make the file big."""
+    """One page of Helvetica text per string, a line per line; `padding_bytes` of random image data make it big."""
     n = len(pages)
     # 1 catalog, 2 pages, 3 font, 4 image, then (page, content) pairs
     kids = b" ".join(b"%d 0 R" % (5 + 2 * i) for i in range(n))
@@ -171,7 +171,7 @@ def decompression_bomb_pdf(inflated_bytes: int = 1 << 30) -> bytes:
 
 
 def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
-    """Pages that draw a form `fanout` times that draws a line of text `fanout` times: a small file, fanout**2 per page."""
+    """Pages that draw a form `fanout` times that draws a line `fanout` times: a small file, fanout**2 per page."""
     kids = b" ".join(b"%d 0 R" % (7 + i) for i in range(pages))
     page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
             b"/Resources << /XObject << /X 4 0 R >> >> >>")

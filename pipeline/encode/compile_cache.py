@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache, so that a restarted encoder actor loads its programs instead of compiling them."""
+"""JAX's persistent compilation cache: a restarted encoder actor loads its programs instead of compiling them."""
 
 from __future__ import annotations
 

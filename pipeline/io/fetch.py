@@ -32,7 +32,8 @@ def fetch_dir(uri: str, cache: Path | None = None) -> Path:
     The cache is `DOCEMBED_MODEL_CACHE`, by default ~/.cache/docembed/models. It
     holds a listing (path, size, mtime) of what it fetched: while the remote
     listing is the same, the copy is reused; when it changed, it is fetched again.
-    Fetching goes to a temporary directory, checks every size, and is renamed into place; a lock keeps the actors of one node from fetching it side by side.
+    Fetching goes to a temporary directory, checks every size, and is renamed
+    into place; a lock keeps the actors of one node from fetching it side by side.
     """
     cache = Path(cache or os.environ.get("DOCEMBED_MODEL_CACHE") or MODEL_CACHE)
     fs, root = filesystem_for(uri)

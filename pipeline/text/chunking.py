@@ -28,7 +28,8 @@ class ChunkingConfig:
             raise ConfigError(f"--max-tokens must be in ({n_special}, {model_max}] for this model, got {self.max_tokens}")
         if not 0 <= self.overlap < self.max_tokens - n_special:
             raise ConfigError(
-                f"--overlap must be in [0, {self.max_tokens - n_special}) for --max-tokens {self.max_tokens}, got {self.overlap}"
+                f"--overlap must be in [0, {self.max_tokens - n_special}) for --max-tokens {self.max_tokens}, "
+                f"got {self.overlap}"
             )
 
 

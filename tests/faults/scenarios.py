@@ -214,7 +214,7 @@ class KillEncoder(Sidecar):
                 os.kill(victim.pid, signal.SIGKILL)
             self.injected += 1
 
-            def restarted():
+            def restarted(victim=victim):
                 """the killed encoder actor to come back and encode"""
                 return any(
                     e.where["actor_id"] == victim.where["actor_id"] and e.pid != victim.pid and e.stats.batches > 0

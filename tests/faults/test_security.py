@@ -30,7 +30,10 @@ FAKE_ENV = {
     "AWS_SECRET_ACCESS_KEY": "fake-secret-kP3vXq9Lw2Zr8TnY5Hb0",
     "AWS_SESSION_TOKEN": "fake-session-token-Jm4Wc7Rd1Qs6Vx2E",
 }
-SIGNED_QUERY = "X-Amz-Credential=AKIAFAKEQUERYCRED01%2F20261130&X-Amz-Security-Token=fake-query-token-u8Hn&X-Amz-Signature=5eedfacec0ffee0ddba11"
+SIGNED_QUERY = (
+    "X-Amz-Credential=AKIAFAKEQUERYCRED01%2F20261130&X-Amz-Security-Token=fake-query-token-u8Hn"
+    "&X-Amz-Signature=5eedfacec0ffee0ddba11"
+)
 SECRETS = [*FAKE_ENV.values(), "AKIAFAKEQUERYCRED01", "fake-query-token-u8Hn", "5eedfacec0ffee0ddba11"]
 
 

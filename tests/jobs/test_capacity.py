@@ -48,3 +48,9 @@ def test_command_line(tmp_path):
     assert re.search(r"with 1.25x headroom: \d+\n", ok.stdout)
     bad = subprocess.run(CAPACITY + ["--input", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.startswith("docembed: error: no documents")
+
+
+def test_the_capacity_planner_runs_without_ray():
+    """It runs the job's stage code in one process: importing it must not import Ray (nor start one)."""
+    code = "import sys, pipeline.capacity; sys.exit(1 if 'ray' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

@@ -156,6 +156,7 @@ def test_pdfium_agrees_with_pypdf_on_every_real_pdf(outcomes):
     print("\nword Jaccard, embedding cosine (pypdf vs pdfium):")
     for name in both:
         print(f"  {name:45s} {jaccard[name]:.3f} {cosine[name]:.4f}")
-    print(f"  median Jaccard {np.median(list(jaccard.values())):.3f}, median cosine {np.median(list(cosine.values())):.4f}")
+    median_jaccard, median_cosine = np.median(list(jaccard.values())), np.median(list(cosine.values()))
+    print(f"  median Jaccard {median_jaccard:.3f}, median cosine {median_cosine:.4f}")
     assert {n for n in both if jaccard[n] < MIN_WORD_JACCARD} == LOW_WORD_AGREEMENT
     assert {n for n in both if cosine[n] < MIN_EMBEDDING_COSINE} == LOW_EMBEDDING_AGREEMENT

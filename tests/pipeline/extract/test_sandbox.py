@@ -35,7 +35,7 @@ def _outcome(sandbox: Sandbox, data: bytes) -> str:
 def test_gives_what_extract_pages_gives(real_pdf, bad_documents, extractor):
     with closing(Sandbox(ExtractConfig(extractor))) as sandbox:
         assert sandbox.extract_pages(real_pdf, "pdf") == extract_pages(real_pdf, "pdf", extractor)
-        for name, (data, stage, error_type) in bad_documents.items():
+        for name, (data, _stage, error_type) in bad_documents.items():
             if name.endswith(".pdf"):
                 assert _outcome(sandbox, data) == error_type, name
 
