@@ -63,10 +63,6 @@ def check_location(location: str) -> None:
         raise ConfigError(f"{location}: no bucket named")
 
 
-def is_object_store_uri(location: str) -> bool:
-    return scheme_of(location) in OBJECT_STORE_SCHEMES
-
-
 def uri_of(location: str, fs_path: str, base_path: str) -> str:
     """The URI a user would write for `fs_path`, found under `location` (whose path is `base_path`)."""
     scheme = scheme_of(location)
