@@ -32,7 +32,10 @@ _alias_old_module_names()
 # `make test-fast` leaves them out. Whole folders and files, and single tests that start a job.
 INTEGRATION = ("tests/faults/", "tests/jobs/", "tests/notebooks/", "tests/storage/", "tests/pipeline/test_job.py",
                "tests/pipeline/test_output_consumers.py")
-INTEGRATION_TESTS = ("test_job_schedules_encoders_on_the_tpu_resource", "test_job_asking_for_a_gpu_here_fails_before_starting")
+INTEGRATION_TESTS = (
+    "test_job_schedules_encoders_on_the_tpu_resource",
+    "test_job_asking_for_a_gpu_here_fails_before_starting",
+)
 
 
 def pytest_collection_modifyitems(items):
