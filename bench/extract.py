@@ -22,10 +22,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from pipeline.encode.model_dir import resolve  # noqa: E402
 from pipeline.extract import PDF_EXTRACTORS, DocumentError, extract_pages  # noqa: E402
-from pipeline.model import resolve  # noqa: E402
-from pipeline.sandbox import ExtractConfig, Sandbox  # noqa: E402
-from pipeline.tokenizer import Tokenizer  # noqa: E402
+from pipeline.extract.sandbox import ExtractConfig, Sandbox  # noqa: E402
+from pipeline.text.tokenizer import Tokenizer  # noqa: E402
 
 
 def extract_all(pdfs: list[bytes], extract) -> tuple[float, list[list[str]]]:

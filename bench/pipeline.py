@@ -5,7 +5,7 @@
 The corpus is the bundled samples (or --input) copied N times, so that the
 job's fixed costs (Ray start, actor start, compilation) are spread as they are
 on a real corpus. The job runs first, on a local Ray; then the job's own CPU
-stages make the same token windows in this process (pipeline.plan), and
+stages make the same token windows in this process (pipeline.capacity), and
 `Encoder.encode_ids` encodes them, compiled before timing. Both figures count
 the same tokens. The job is quoted twice: over its wall time, and over its
 encoder's span (first encoder call to last), which leaves out starting Ray and
@@ -25,13 +25,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from pipeline import JobConfig, run_job  # noqa: E402
-from pipeline.chunking import ChunkingConfig  # noqa: E402
-from pipeline.encoder import Encoder  # noqa: E402
+from pipeline.capacity import sample_cpu_stages  # noqa: E402
+from pipeline.encode.encoder import Encoder  # noqa: E402
+from pipeline.encode.model_dir import resolve  # noqa: E402
 from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
-from pipeline.model import resolve  # noqa: E402
-from pipeline.plan import sample_cpu_stages  # noqa: E402
-from pipeline.sandbox import ExtractConfig  # noqa: E402
-from pipeline.shards import ShardFields  # noqa: E402
+from pipeline.extract.sandbox import ExtractConfig  # noqa: E402
+from pipeline.io.shards import ShardFields  # noqa: E402
+from pipeline.text.chunking import ChunkingConfig  # noqa: E402
 
 
 def corpus_copies(source: Path, copies: int, root: Path) -> Path:

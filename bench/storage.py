@@ -81,7 +81,7 @@ def throughput(corpus: Path, repeats: int, scratch: Path) -> dict:
     import ray
 
     from pipeline import JobConfig, run_job
-    from pipeline.storage import filesystem_for
+    from pipeline.io.filesystems import filesystem_for
 
     moto, url = start_moto()
     try:

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import run_job  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
+from pipeline.io.filesystems import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
-from pipeline.storage import redact  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ __all__ = ["Embedder", "JobConfig", "run_job"]
 
 # Loaded on first use (PEP 562): the extraction sandbox's child process imports
 # pipeline.extract and must not pay the seconds and memory of loading JAX.
-_EXPORTS = {"Embedder": ("pipeline.embedder", "Embedder"), "JobConfig": ("pipeline.config", "JobConfig"),
+_EXPORTS = {"Embedder": ("pipeline.encode.embedder", "Embedder"), "JobConfig": ("pipeline.config", "JobConfig"),
             "run_job": ("pipeline.job", "run")}
 
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.accelerators import DEFAULT_COMPILE_CACHE
-from pipeline.encoder import EncoderConfig
+from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
+from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
-from pipeline.sandbox import ExtractConfig
+from pipeline.extract.sandbox import ExtractConfig
 
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
     """CPU encoder actors. (Accelerator encoders and the CPU stages are sized by
-    pipeline.accelerators.plan_encoders from the cluster.)
+    pipeline.encode.placement.place_encoders from the cluster.)
 
     A CPU encoder actor requests one CPU although XLA's CPU backend spreads one
     program over every core it can find: the CPU stages share the rest of the
@@ -34,7 +34,7 @@ class JobConfig:
     encoder: EncoderConfig = EncoderConfig()
     extract: ExtractConfig = ExtractConfig()
     resources: Resources = Resources()
-    accelerator: str = "auto"  # "auto", "tpu", "gpu" or "cpu": see pipeline.accelerators
+    accelerator: str = "auto"  # "auto", "tpu", "gpu" or "cpu": see pipeline.encode.placement
     compile_cache: str | None = str(DEFAULT_COMPILE_CACHE)  # None: compile afresh in every actor
     profile: str | None = None  # directory for JAX profiler traces of the encoder actors
     overwrite: bool = False

@@ -1,4 +1,12 @@
-"""Errors that are the user's to fix: the job reports them in one line and exits non-zero.
+"""Every error type of the pipeline, in one place.
+
+- `UserError` and its kinds are the user's to fix: the job reports them in one
+  line and exits non-zero.
+- `StorageError` is infrastructure (storage down, throttling, credentials): one
+  line, no `_SUCCESS`, finished groups kept for the rerun.
+- `SandboxError`: the extraction sandbox cannot run at all; it stops the job.
+- `DocumentError` (and `ShardError`) is one document's fault: an error row, and
+  the job carries on.
 
 Anything else is a bug or an infrastructure failure and keeps its traceback.
 """
@@ -30,3 +38,19 @@ class StorageError(UserError):
     Infrastructure, not a document's fault: the job stops with one line and writes
     no `_SUCCESS`; groups it had finished stay done, so a rerun resumes.
     """
+
+
+class SandboxError(RuntimeError):
+    """The extraction sandbox itself cannot run: not a document's fault, so it stops the job."""
+
+
+class DocumentError(Exception):
+    """This document cannot yield text; the job records it as an error row and carries on."""
+
+    def __init__(self, error_type: str, message: str):
+        super().__init__(message)
+        self.error_type = error_type
+
+
+class ShardError(DocumentError):
+    """A shard (jsonl or Parquet file of many documents) that cannot be read on: one error row for the shard."""

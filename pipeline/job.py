@@ -14,32 +14,36 @@ import logging
 import os
 import re
 import time
+import uuid
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from kernels.attention import IMPLS as attention_impls
-from pipeline import model as model_dir
-from pipeline import resume, sink
-from pipeline.accelerators import EncoderPlacement, plan_encoders
-from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
-from pipeline.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
-from pipeline.report import ProgressLine, RunReport
-from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.encode import model_dir
+from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
+from pipeline.encode.placement import EncoderPlacement, place_encoders
+from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
-from pipeline.shards import ShardFields
-from pipeline.sources import list_inputs, plan_groups, work_blocks
-from pipeline.stage_stats import StageTable
-from pipeline.storage import redact
-from pipeline.stages import ChunkBlock, EncodeBlock, extract_block
-from pipeline.tokenizer import Tokenizer
+from pipeline.extract.sandbox import ExtractConfig
+from pipeline.io.listing import list_inputs
+from pipeline.io.shards import ShardFields
+from pipeline.io.uris import redact
+from pipeline.output import sink
+from pipeline.output.fingerprint import fingerprint
+from pipeline.output.groups import Group, form_groups, work_blocks
+from pipeline.output.layout import FORMAT
+from pipeline.output.ledger import Ledger
+from pipeline.output.resume import open_output
+from pipeline.report import ProgressLine, RunReport
+from pipeline.stage_clock import Increment, RunTally
+from pipeline.stages import EXTRACT_BATCH, ChunkBlock, EncodeBlock, extract_block
+from pipeline.text.chunking import ChunkingConfig
+from pipeline.text.tokenizer import Tokenizer
 
 log = logging.getLogger("docembed")
 
-# Rows per block handed to each stage. Extraction blocks stay small so that one
-# slow PDF delays few others.
-EXTRACT_BATCH = 4
+# Document rows per block handed to the tokenise + chunk actors.
 CHUNK_BATCH = 16
 # Full encoder batches per encoder call: enough that length buckets fill and a
 # call's partial tail is small beside them, few enough that encoding starts
@@ -53,29 +57,86 @@ def encode_call_rows(placement: EncoderPlacement, encoder: EncoderConfig) -> int
     return ENCODE_CALL_BATCHES * per_device * placement.devices_per_actor
 
 
-@ray.remote(num_cpus=0)
-class RunStats:
-    """Collects the encoder actors' cumulative counters and every worker's stage times while the job runs.
+# The run's RunTally actor is named by this prefix and the run's id, so that tests and
+# tools find it with `ray.util.list_named_actors()` and `ray.get_actor`.
+RUN_TALLY_PREFIX = "docembed-run-tally-"
+RunTallyActor = ray.remote(num_cpus=0)(RunTally)
 
-    An encoder actor that dies and restarts reports under a new name (its new
-    pid), so each incarnation's batches and compilation-cache use stay visible.
+
+@dataclasses.dataclass(frozen=True)
+class SendToTally:
+    """The stages' `record` in a job: each Increment goes to the run's RunTally actor.
+
+    Adds where it was sent from (node, and actor when it is one), so that an
+    encoder actor can be found by what it reported.
     """
 
-    def __init__(self):
-        self.encoders: dict[str, tuple] = {}
-        self.stage_table = StageTable()
+    tally: ray.actor.ActorHandle
 
-    def report_encoder(self, name, totals, compiled_shapes, compile_cache):
-        self.encoders[name] = (totals, compiled_shapes, compile_cache)
+    def __call__(self, increment: Increment) -> None:
+        context = ray.get_runtime_context()
+        where = {"node_id": context.get_node_id()}
+        if increment.encoder is not None and context.get_actor_id() is not None:
+            where.update(actor_id=context.get_actor_id(), actor=context.current_actor)
+        self.tally.record.remote(dataclasses.replace(increment, where=where))
 
-    def add_stages(self, increments):
-        self.stage_table.add(increments)
 
-    def encoders_snapshot(self) -> dict[str, tuple]:
-        return self.encoders
+@dataclasses.dataclass(frozen=True)
+class JobGraph:
+    """What the stream of groups through the stages is made of, decided before it starts."""
 
-    def stages(self) -> StageTable:
-        return self.stage_table
+    cfg: JobConfig
+    chunking: ChunkingConfig
+    extract: ExtractConfig
+    placement: EncoderPlacement
+    fields: ShardFields
+    metadata: dict[str, str]  # Parquet metadata of every part
+    record: SendToTally
+
+    def dataset(self, groups: list[Group]) -> ray.data.Dataset:
+        """The Ray Data graph over `groups`: summary rows of committed parts come out of it."""
+        cfg, placement, record = self.cfg, self.placement, self.record
+        # Many small input blocks (not a repartition, which would need a CPU of its own
+        # while the actor pools hold theirs) so extraction spreads over workers; a
+        # block never mixes groups, and a shard is one block that streams out many.
+        return (
+            ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
+            .map_batches(
+                extract_block,
+                fn_kwargs={"fields": self.fields, "extract": self.extract, "record": record},
+                batch_size=None,
+                batch_format="pyarrow",
+                num_cpus=placement.stage_cpus,
+            )
+            .map_batches(
+                ChunkBlock,
+                fn_constructor_args=(cfg.model, self.chunking, record),
+                batch_size=CHUNK_BATCH,
+                batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
+                num_cpus=placement.stage_cpus,
+            )
+            .map_batches(
+                EncodeBlock,
+                fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, record, cfg.profile),
+                batch_size=encode_call_rows(placement, cfg.encoder),
+                batch_format="pyarrow",
+                # A dead encoder actor (killed, out of memory, its node gone) is restarted
+                # and its in-flight batches retried, as often as it takes: Ray Data's own
+                # defaults for actor pools (max_restarts=-1, max_task_retries=-1; passing
+                # them here is deprecated), which tests/faults holds it to. The parts'
+                # deterministic names and the ledger make a retried block land once.
+                compute=ray.data.ActorPoolStrategy(size=placement.actors),
+                **placement.ray_remote_args,
+            )
+            .map_batches(
+                sink.write_block,
+                fn_args=(cfg.output, self.metadata, record),
+                batch_size=None,
+                batch_format="pyarrow",
+                num_cpus=placement.stage_cpus,
+            )
+        )
 
 
 def _init_ray() -> None:
@@ -97,8 +158,6 @@ def run(cfg: JobConfig) -> RunReport | None:
     tokenizer = Tokenizer(spec.path / "tokenizer.json")
     chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap)
     chunking.validate(tokenizer.n_special, spec.max_seq_length)
-    if cfg.encoder.attention not in ("auto", *attention_impls):
-        raise ConfigError(f"unknown attention implementation {cfg.encoder.attention!r}; known: auto, {', '.join(attention_impls)}")
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
     inputs, skipped = list_inputs(list(cfg.inputs))
@@ -110,31 +169,39 @@ def run(cfg: JobConfig) -> RunReport | None:
     sink.check_writable(cfg.output)
 
     _init_ray()
-    placement = plan_encoders(
+    placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
     log.info("docembed: %s", placement.describe())
     # Only now, with every argument checked, is anything written.
-    manifest = resume.fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
+    manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
-    salt = f"{resume.FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
-    groups = plan_groups(inputs, cfg.group_size, salt)
-    state = resume.open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest, group_ids={g.id for g in groups})
+    salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
+    groups = form_groups(inputs, cfg.group_size, salt)
+    state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest, group_ids={g.id for g in groups})
     if state is None:
         return None
     if state.done:
         log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
-    ledger = resume.Ledger(cfg.output, groups, state)
+    ledger = Ledger(cfg.output, groups, state)
     report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
     todo = [g for g in groups if g.id not in state.done]
     # On the driver's node: the job outlives any other node, and so must the counters.
-    stats = RunStats.options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    tally = RunTallyActor.options(
+        name=f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     ).remote()
-    if todo:
-        _run_groups(cfg, spec, chunking, extract, placement, todo, fields, manifest, stats, report, ledger, started)
-    report.finish(time.time() - started, ray.get(stats.encoders_snapshot.remote()), ray.get(stats.stages.remote()))
+    metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally))
+    try:
+        if todo:
+            progress = ProgressLine(started=started, stages=lambda: ray.get(tally.stages.remote()))
+            _run_groups(graph.dataset(todo), report, ledger, progress)
+        encoders, stages = ray.get([tally.encoders.remote(), tally.stages.remote()])
+    finally:
+        ray.kill(tally)
+    report.finish(time.time() - started, encoders, stages)
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
         raise RuntimeError(
@@ -152,52 +219,9 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(cfg, spec, chunking, extract, placement, groups, fields, manifest, stats, report, ledger, started) -> None:
-    """Streams `groups` through the stages; the ledger marks each group done as its last part lands."""
-    # Many small input blocks (not a repartition, which would need a CPU of its own
-    # while the actor pools hold theirs) so extraction spreads over workers; a
-    # block never mixes groups, and a shard is one block that streams out many.
-    metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
-    ds = (
-        ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
-        .map_batches(
-            extract_block,
-            fn_kwargs={"fields": fields, "extract": extract, "stats": stats},
-            batch_size=None,
-            batch_format="pyarrow",
-            num_cpus=placement.stage_cpus,
-        )
-        .map_batches(
-            ChunkBlock,
-            fn_constructor_args=(cfg.model, chunking, stats),
-            batch_size=CHUNK_BATCH,
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
-            num_cpus=placement.stage_cpus,
-        )
-        .map_batches(
-            EncodeBlock,
-            fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, stats, cfg.profile),
-            batch_size=encode_call_rows(placement, cfg.encoder),
-            batch_format="pyarrow",
-            # A dead encoder actor (killed, out of memory, its node gone) is restarted
-            # and its in-flight batches retried, as often as it takes: Ray Data's own
-            # defaults for actor pools (max_restarts=-1, max_task_retries=-1; passing
-            # them here is deprecated), which tests/faults holds it to. The parts'
-            # deterministic names and the ledger make a retried block land once.
-            compute=ray.data.ActorPoolStrategy(size=placement.actors),
-            **placement.ray_remote_args,
-        )
-        .map_batches(
-            sink.write_block,
-            fn_args=(cfg.output, metadata, stats),
-            batch_size=None,
-            batch_format="pyarrow",
-            num_cpus=placement.stage_cpus,
-        )
-    )
+def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, progress: ProgressLine) -> None:
+    """Streams the groups through the stages; the ledger marks each group done as its last part lands."""
     try:
-        progress = ProgressLine(started=started, stages=lambda: ray.get(stats.stages.remote()))
         for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             rows = summary.to_pylist()
             report.add_summaries(rows)

@@ -14,12 +14,13 @@ from typing import Any
 
 import yaml
 
-from pipeline.accelerators import ACCELERATORS, DEFAULT_COMPILE_CACHE
 from pipeline.config import JobConfig, Resources
-from pipeline.encoder import DTYPES, EncoderConfig, parse_mesh
+from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
+from pipeline.encode.encoder import DTYPES, EncoderConfig, parse_mesh
+from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
-from pipeline.sandbox import ExtractConfig
+from pipeline.extract.sandbox import ExtractConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _parser(description: str) -> argparse.ArgumentParser:
 
 
 def add_job_options(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> None:
-    """The job's options named by `keys`, with their defaults, for tools beside the job (jobs/plan.py)."""
+    """The job's options named by `keys`, with their defaults, for tools beside the job (jobs/capacity.py)."""
     for key in keys:
         _add_argument(parser, _BY_KEY[key], standalone=True)
 

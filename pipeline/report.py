@@ -7,12 +7,12 @@ import dataclasses
 import json
 import time
 
-from pipeline.chunking import ChunkingConfig
 from pipeline.config import JobConfig
-from pipeline.encoder import EncodeStats
-from pipeline.model import ModelSpec
-from pipeline.sandbox import ExtractConfig
-from pipeline.stage_stats import StageTable
+from pipeline.encode.batching import EncodeStats
+from pipeline.encode.model_dir import ModelSpec
+from pipeline.extract.sandbox import ExtractConfig
+from pipeline.stage_clock import EncoderTotals, StageTable
+from pipeline.text.chunking import ChunkingConfig
 
 
 @dataclasses.dataclass
@@ -37,7 +37,7 @@ class RunReport:
     @classmethod
     def start(
         cls, cfg: JobConfig, spec: ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig, *, inputs: int, skipped: int
-    ) -> "RunReport":
+    ) -> RunReport:
         """`extract` with its PDF extractor resolved: the name of the one that ran."""
         config = {
             "inputs": list(cfg.inputs),
@@ -60,14 +60,14 @@ class RunReport:
             self.tokens += row["tokens"]
             self.error_types.update(json.loads(row["error_types"]))
 
-    def finish(self, wall_seconds: float, encoders: dict[str, tuple], stages: StageTable) -> None:
+    def finish(self, wall_seconds: float, encoders: dict[str, EncoderTotals], stages: StageTable) -> None:
         self.wall_seconds = wall_seconds
         self.stages = stages
         self.finished_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for name, (totals, shapes, cache) in encoders.items():
-            self.encode.add(totals)
-            self.compiled_shapes[name] = [list(s) for s in shapes]
-            self.compile_cache[name] = cache
+        for name, totals in encoders.items():
+            self.encode.add(totals.stats)
+            self.compiled_shapes[name] = [list(s) for s in totals.compiled_shapes]
+            self.compile_cache[name] = totals.compile_cache
 
     @property
     def padding_efficiency(self) -> float:
@@ -146,7 +146,8 @@ class ProgressLine:
         elif done_fraction >= 1:
             eta = "0s"
         line = (
-            f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), {report.tokens} tokens; "
+            f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), "
+            f"{report.tokens} tokens; "
             f"{docs / elapsed:.1f} docs/s, {report.tokens / elapsed:,.0f} tokens/s; ETA {eta}"
         )
         if self.stages is not None:

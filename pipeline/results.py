@@ -9,8 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.sink import EMBEDDINGS_DIR, ERRORS_DIR, ERRORS_SCHEMA, SUCCESS_FILE
-from pipeline.storage import filesystem_for
+from pipeline.io.filesystems import filesystem_for
+from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
+from pipeline.schemas import ERRORS_SCHEMA
 
 
 def read_report(output: str) -> dict:

@@ -1,101 +1,69 @@
 """The per-block work of each pipeline stage, as plain functions and classes over Arrow tables.
 
 Ray Data runs these (see `pipeline.job`); they know nothing of Ray themselves,
-so tests can call them directly. A document that fails any stage becomes a row
-with `error_stage`, `error_type` and `error_message` set, which later stages pass
-through untouched and the sink writes to `errors/`.
+so tests and the capacity planner call them directly. Each takes `record`, the
+one callable its stage clock reports through (`pipeline.stage_clock`). The
+tables they pass on are `pipeline.schemas`'s; a document that fails any stage
+becomes an error row, which later stages pass through untouched. (The writer,
+the last stage, is `pipeline.output.sink.write_block`.)
 """
 
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import pyarrow as pa
 
-from pipeline import model as model_dir
-from pipeline.accelerators import compilation_cache_counts, enable_compilation_cache
-from pipeline.chunking import ChunkingConfig, chunk_document, join_pages
-from pipeline.encoder import Encoder, EncoderConfig, EncodeStats
-from pipeline.extract import DocumentError, extract_pages
-from pipeline.sandbox import ExtractConfig, SandboxError, process_sandbox
-from pipeline.shards import SHARD_KINDS, ShardFields, iter_shard
-from pipeline.stage_stats import StageClock
-from pipeline.storage import read_many
-from pipeline.tokenizer import Tokenizer
-
-_ERROR_FIELDS = [
-    pa.field("error_stage", pa.string()),
-    pa.field("error_type", pa.string()),
-    pa.field("error_message", pa.string()),
-]
-
-# Which commit group a row belongs to (see pipeline.resume), carried to the writer.
-# group_docs: documents in the group, on every row of a file group and on the rows
-# of a shard's last document (its reader only knows the count at the end).
-_GROUP_FIELDS = [pa.field("group", pa.string()), pa.field("group_docs", pa.int32())]
-_GROUP_NAMES = [f.name for f in _GROUP_FIELDS]
-
-DOC_SCHEMA = pa.schema(
-    [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]
-    + _ERROR_FIELDS
-    + _GROUP_FIELDS
+from pipeline.encode import model_dir
+from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
+from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.errors import DocumentError, SandboxError
+from pipeline.extract import extract_pages
+from pipeline.extract.sandbox import ExtractConfig, process_sandbox
+from pipeline.io.filesystems import read_many
+from pipeline.io.shards import SHARD_KINDS, ShardFields, iter_shard
+from pipeline.schemas import (
+    CHUNK_SCHEMA,
+    DOC_SCHEMA,
+    ERROR_NAMES,
+    GROUP_NAMES,
+    embedded_schema,
+    error_row,
+    is_error,
+    rows_digest,
 )
+from pipeline.stage_clock import EncoderCall, Record, StageClock
+from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
+from pipeline.text.tokenizer import Tokenizer
 
-_CHUNK_FIELDS = [
-    pa.field("doc_id", pa.string()),
-    pa.field("chunk_index", pa.int32()),
-    pa.field("text", pa.string()),
-    pa.field("page_start", pa.int32()),
-    pa.field("page_end", pa.int32()),
-    pa.field("char_start", pa.int64()),
-    pa.field("char_end", pa.int64()),
-    pa.field("n_tokens", pa.int32()),
-]
-# doc_chunks: how many chunks the row's document has (null on error rows), so the
-# writer can tell when all of a group's rows have been written.
-_TRACKING_FIELDS = _GROUP_FIELDS + [pa.field("doc_chunks", pa.int32())]
-CHUNK_SCHEMA = pa.schema(
-    _CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + _ERROR_FIELDS + _TRACKING_FIELDS
-)
-
-
-def embedded_schema(dim: int) -> pa.Schema:
-    return pa.schema(
-        _CHUNK_FIELDS + [pa.field("embedding", pa.list_(pa.float32(), dim))] + _ERROR_FIELDS + _TRACKING_FIELDS
-    )
-
-
-def _error(row: dict, stage: str, error_type: str, message: str) -> dict:
-    return {**row, "error_stage": stage, "error_type": error_type, "error_message": message[:2000]}
-
-
-def _is_error(row: dict) -> bool:
-    return row.get("error_type") is not None
-
-
+# Rows per block handed to the extraction stage: small, so that one slow PDF delays few others.
+EXTRACT_BATCH = 4
 SHARD_BLOCK = 64  # documents per block handed on from a shard
 
 
 def extract_block(
-    batch: pa.Table, fields: ShardFields = ShardFields(), extract: ExtractConfig = ExtractConfig(), stats=None
+    batch: pa.Table,
+    fields: ShardFields = ShardFields(),
+    extract: ExtractConfig = ExtractConfig(),
+    record: Record | None = None,
 ) -> Iterator[pa.Table]:
     """Input rows (doc_id, kind, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
-    PDFs are parsed in this process's sandbox (`pipeline.sandbox`) within
+    PDFs are parsed in this process's sandbox (`pipeline.extract.sandbox`) within
     `extract`'s time and memory bounds; text files are decoded here, which is
-    linear in their size and cannot hang. `stats`: a RunStats handle that gets
-    this block's read and extract times.
+    linear in their size and cannot hang. `record` gets this block's read and
+    extract times.
 
     A function using its process's sandbox rather than a class owning one: Ray
     Data fuses this stage into the CPU stages' actors (pipeline.job), long-lived
     processes, and where it runs as tasks Ray reuses worker processes; either way
     the sandbox's child starts once per process and lives as long as it. And the
-    stage stays a plain call without Ray (pipeline.plan, tests).
+    stage stays a plain call without Ray (pipeline.capacity, tests).
     """
-    clock = StageClock(stats)
+    clock = StageClock(record)
     rows = []
     items = batch.to_pylist()
     with clock.timing("read") as counts:
@@ -105,14 +73,14 @@ def extract_block(
         counts["bytes"] += sum(len(data) for data in contents if isinstance(data, bytes))
     contents = iter(contents)
     for row in items:
-        group = {name: row[name] for name in _GROUP_NAMES}
+        group = {name: row[name] for name in GROUP_NAMES}
         if row["kind"] in SHARD_KINDS:
             yield from _shard_blocks(row["doc_id"], row["kind"], group["group"], fields, clock)
             continue
         doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None, **group}
         data = next(contents)
         if isinstance(data, Exception):
-            rows.append(_error(doc, "read", type(data).__name__, str(data)))
+            rows.append(error_row(doc, "read", type(data).__name__, str(data)))
             continue
         with clock.timing("extract") as counts:
             counts["docs"] += 1
@@ -125,11 +93,11 @@ def extract_block(
                 counts["chars"] += sum(map(len, pages))
                 rows.append({**doc, "pages": pages})
             except DocumentError as e:
-                rows.append(_error(doc, "extract", e.error_type, str(e)))
+                rows.append(error_row(doc, "extract", e.error_type, str(e)))
             except SandboxError:
                 raise  # not this document's fault: every document after it would fail the same way
             except Exception as e:  # one document's failure must never take its batch mates down
-                rows.append(_error(doc, "extract", type(e).__name__, str(e)))
+                rows.append(error_row(doc, "extract", type(e).__name__, str(e)))
     clock.send()
     if rows:
         yield pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
@@ -169,26 +137,26 @@ def _timed_reads(docs: Iterator[dict], clock: StageClock) -> Iterator[dict]:
 class ChunkBlock:
     """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once."""
 
-    def __init__(self, model: str | None, chunking: ChunkingConfig, stats=None):
+    def __init__(self, model: str | None, chunking: ChunkingConfig, record: Record | None = None):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
         self.tokenizer = Tokenizer(model_dir.local_dir(model) / "tokenizer.json")
         self.chunking = chunking
-        self.clock = StageClock(stats)
+        self.clock = StageClock(record)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
         for doc in batch.to_pylist():
-            group = {name: doc[name] for name in _GROUP_NAMES}
+            group = {name: doc[name] for name in GROUP_NAMES}
             base = {"doc_id": doc["doc_id"], "chunk_index": None, "token_ids": [], **group}
-            if _is_error(doc):
-                rows.append({**base, **{f.name: doc[f.name] for f in _ERROR_FIELDS}})
+            if is_error(doc):
+                rows.append({**base, **{name: doc[name] for name in ERROR_NAMES}})
                 continue
             try:
                 chunks = self._chunks(doc)
             except Exception as e:  # one document's failure must never take its batch mates down
-                rows.append(_error(base, "chunk", type(e).__name__, str(e)))
+                rows.append(error_row(base, "chunk", type(e).__name__, str(e)))
                 continue
-            n = None if _is_error(chunks[0]) else len(chunks)
+            n = None if is_error(chunks[0]) else len(chunks)
             rows.extend({**chunk, **group, "doc_chunks": n} for chunk in chunks)
         self.clock.send()
         return pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
@@ -203,7 +171,7 @@ class ChunkBlock:
             # Nothing, or only unknown words: 10 million characters without whitespace are
             # one [UNK], whose embedding says nothing of the text.
             message = f"text yields no tokens the model knows ({len(encoding.ids)} unknown)"
-            return [_error({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
+            return [error_row({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
         with self.clock.timing("chunk") as counts:
             chunks = chunk_document(
                 text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
@@ -232,14 +200,17 @@ class EncodeBlock:
     PROFILED_CALLS = 3
 
     def __init__(
-        self, model: str | None, encoder: EncoderConfig, compile_cache: str | None = None, stats=None, profile=None
+        self,
+        model: str | None,
+        encoder: EncoderConfig,
+        compile_cache: str | None = None,
+        record: Record | None = None,
+        profile: str | None = None,
     ):
         enable_compilation_cache(compile_cache)
         self.encoder = Encoder(model_dir.resolve(model), encoder)
         self.schema = embedded_schema(self.encoder.spec.dim)
-        self.stats = stats  # a RunStats actor handle, or None
-        self.clock = StageClock(stats)
-        self.totals = EncodeStats()
+        self.clock = StageClock(record)
         self.profile_dir = None if profile is None else os.path.join(profile, self.clock.worker.replace(":", "-"))
         self.calls = 0
 
@@ -257,12 +228,9 @@ class EncodeBlock:
         with self.clock.timing("encode") as counts:
             emb_ND, stats = self.encoder.encode_ids(token_ids)
             counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
-        self.clock.send()
-        self.totals.add(stats)
-        if self.stats is not None:
-            self.stats.report_encoder.remote(
-                self.clock.worker, self.totals, sorted(self.encoder.compiled_shapes), compilation_cache_counts()
-            )
+        # A retried call holds the same rows: its report replaces the first attempt's.
+        state = EncoderCall(stats, tuple(sorted(self.encoder.compiled_shapes)), compilation_cache_counts())
+        self.clock.send(call=rows_digest(batch), encoder=state)
 
         dim = self.encoder.spec.dim
         flat = pa.array(emb_ND.reshape(-1), pa.float32())

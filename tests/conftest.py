@@ -2,19 +2,58 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from support import CORPUS, SAMPLES, encrypt
+from support import CORPUS, REPO, SAMPLES, encrypt
+
+
+def _alias_old_module_names() -> None:
+    """tests/kernels import pipeline modules by their names before the layout of issue 12; other branches rewrite
+    those files, so until they are merged the old names point at the new modules. Delete after that merge."""
+    for old, new in {"pipeline.encoder": "pipeline.encode.encoder", "pipeline.tokenizer": "pipeline.text.tokenizer",
+                     "pipeline.model": "pipeline.encode.model_dir"}.items():
+        sys.modules[old] = importlib.import_module(new)
+    batching = importlib.import_module("pipeline.encode.batching")
+    old_batching = types.ModuleType("pipeline.batching")
+    old_batching.BatchingConfig, old_batching.plan_batches = batching.BatchingConfig, batching.pack_batches
+    sys.modules["pipeline.batching"] = old_batching
+
+
+_alias_old_module_names()
+
+# Tests that run real Ray jobs, clusters, storage servers or notebooks: `make test` runs them,
+# `make test-fast` leaves them out. Whole folders and files, and single tests that start a job.
+INTEGRATION = ("tests/faults/", "tests/jobs/", "tests/notebooks/", "tests/storage/", "tests/pipeline/test_job.py",
+               "tests/pipeline/test_output_consumers.py")
+INTEGRATION_TESTS = (
+    "test_job_schedules_encoders_on_the_tpu_resource",
+    "test_job_asking_for_a_gpu_here_fails_before_starting",
+)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = Path(item.fspath).relative_to(REPO).as_posix()
+        if path.startswith(INTEGRATION) or item.originalname in INTEGRATION_TESTS:
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
+    """The real PDFs of ../shared/corpus, beside this clone: missing fails in CI, and skips with the reason here."""
     if not CORPUS.is_dir():
-        pytest.skip(f"the shared corpus of real PDFs is not at {CORPUS}")
+        why = (f"needs the shared corpus of real PDFs at {CORPUS} (../shared beside this clone, or DOCEMBED_SHARED); "
+               "clone the repository next to its shared/ folder")
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
     return CORPUS
 
 

@@ -6,12 +6,14 @@ import io
 import os
 import time
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
-CORPUS = REPO.parent / "shared" / "corpus" / "py-pdf-sample-files"
+# ../shared beside the clone, or DOCEMBED_SHARED where the shared folder lives elsewhere (a git worktree).
+SHARED = Path(os.environ.get("DOCEMBED_SHARED") or REPO.parent / "shared")
+CORPUS = SHARED / "corpus" / "py-pdf-sample-files"
 
 
 def wait_for_idle_cluster(timeout: float = 60) -> None:
@@ -26,6 +28,13 @@ def wait_for_idle_cluster(timeout: float = 60) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"the cluster's resources are still held: {ray.available_resources()}")
+
+
+def text_files(n: int, prefix: str = "/d/f") -> list:
+    """`n` listed text files (not on disk), as the driver's listing gives them."""
+    from pipeline.io.listing import InputFile
+
+    return [InputFile(f"{prefix}{i:03d}.txt", "text", 1) for i in range(n)]
 
 
 def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:
@@ -104,7 +113,7 @@ _FONT = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
 
 
 def text_pdf(pages: list[str], *, padding_bytes: int = 0) -> bytes:
-    """One page of Helvetica text per string, a line per line; `padding_bytes` of random image data make the file big."""
+    """One page of Helvetica text per string, a line per line; `padding_bytes` of random image data make it big."""
     n = len(pages)
     # 1 catalog, 2 pages, 3 font, 4 image, then (page, content) pairs
     kids = b" ".join(b"%d 0 R" % (5 + 2 * i) for i in range(n))
@@ -162,7 +171,7 @@ def decompression_bomb_pdf(inflated_bytes: int = 1 << 30) -> bytes:
 
 
 def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
-    """Pages that draw a form `fanout` times that draws a line of text `fanout` times: a small file, fanout**2 per page."""
+    """Pages that draw a form `fanout` times that draws a line `fanout` times: a small file, fanout**2 per page."""
     kids = b" ".join(b"%d 0 R" % (7 + i) for i in range(pages))
     page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
             b"/Resources << /XObject << /X 4 0 R >> >> >>")

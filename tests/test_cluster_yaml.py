@@ -14,9 +14,10 @@ import re
 import pytest
 import yaml
 
+from pipeline.encode.model_dir import DEFAULT_MODEL_PACKAGE
+from pipeline.encode.placement import place_encoders
+
 from support import REPO
-from pipeline.accelerators import plan_encoders
-from pipeline.model import DEFAULT_MODEL_PACKAGE
 
 CLUSTER_YAML = REPO / "cluster.yaml"
 TPU_TYPE = "tpu_slice"
@@ -100,7 +101,7 @@ def check_agreement(config: dict) -> None:
 
     assert ray_tpu.get_num_tpu_visible_chips_per_host(accelerator_type) == per_host, "Ray counts otherwise"
 
-    placement = plan_encoders("auto", cluster_nodes(config), cpu_actors=None, cpu_per_actor=1)
+    placement = place_encoders("auto", cluster_nodes(config), cpu_actors=None, cpu_per_actor=1)
     assert placement.kind == "tpu"
     assert placement.actors == hosts * tpu["min_workers"], "one encoder actor per host of the slice"
     request = placement.ray_remote_args

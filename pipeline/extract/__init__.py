@@ -9,12 +9,12 @@ PDF extractors (`PDF_EXTRACTORS`) are a family behind one contract: `pypdf`
 one). Both give text per page and the same errors: every failure a document can
 cause is raised as `DocumentError` with a short `error_type` (EmptyFile, NoText,
 EncryptedPDF, CorruptPDF, UndecodableText), so the caller turns it into one error
-row and moves on. Parsing runs in the caller's process; `pipeline.sandbox` bounds
+row and moves on. Parsing runs in the caller's process; `pipeline.extract.sandbox` bounds
 its time and memory.
 """
 
+from pipeline.errors import DocumentError
 from pipeline.extract._dispatch import PDF_EXTRACTORS, available_extractors, resolve_extractor
 from pipeline.extract._document import extract_pages, kind_of
-from pipeline.extract._errors import DocumentError
 
 __all__ = ["PDF_EXTRACTORS", "DocumentError", "available_extractors", "extract_pages", "kind_of", "resolve_extractor"]

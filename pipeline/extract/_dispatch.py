@@ -11,8 +11,7 @@ import functools
 import importlib
 import logging
 
-from pipeline.errors import ConfigError
-from pipeline.extract._errors import DocumentError
+from pipeline.errors import ConfigError, DocumentError
 
 log = logging.getLogger("docembed")
 

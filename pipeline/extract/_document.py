@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.errors import DocumentError
 from pipeline.extract._dispatch import pdf_pages
-from pipeline.extract._errors import DocumentError
 
 PDF_SUFFIXES = (".pdf",)
 TEXT_SUFFIXES = (".txt", ".md")

@@ -1,12 +1,6 @@
-"""The one exception a document's content may cause."""
+"""The error every extractor raises for a PDF that the empty password does not open."""
 
-
-class DocumentError(Exception):
-    """This document cannot yield text; the job records it and carries on."""
-
-    def __init__(self, error_type: str, message: str):
-        super().__init__(message)
-        self.error_type = error_type
+from pipeline.errors import DocumentError
 
 
 def encrypted() -> DocumentError:

@@ -4,8 +4,8 @@ The tests in tests/faults assert on these and bench/faults.py prints their
 figures, so both run the very same scenarios (the bench puts this directory on
 its import path). A scenario runs `pipeline.run_job` in this process, against
 the Ray the caller started, while a sidecar thread waits on the job's own
-progress (the batches each encoder actor has reported to the job's RunStats
-actor) and then strikes: there are no sleeps to tune for a loaded machine.
+progress (the batches each encoder actor has reported to the job's RunTally
+actor, found by its name) and then strikes: there are no sleeps to tune for a loaded machine.
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ from pathlib import Path
 
 import psutil
 import ray
-import ray._private.state
 from ray.cluster_utils import Cluster
 
 from pipeline import JobConfig, run_job
+from pipeline.job import RUN_TALLY_PREFIX
 from pipeline.report import RunReport
 from pipeline.results import read_errors, read_report, read_table
+from pipeline.stage_clock import EncoderTotals
+
 from support import SAMPLES
 
 DOCUMENT_SUFFIXES = (".pdf", ".txt", ".md")
@@ -113,29 +115,28 @@ def check_exactly_once(output: str, expected: set[str], report: RunReport) -> Ta
     return t
 
 
-# --- the job's actors, from Ray's actor table (no dashboard needed) ---------------------
+# --- the job's encoder actors, as they reported themselves to its RunTally actor ---------------
 
 
-def actors(class_name: str) -> list[dict]:
-    """Live actors whose class name contains `class_name`, oldest first."""
-    table = ray._private.state.actors().values()
-    found = [a for a in table if class_name in a["ActorClassName"] and a["State"] == "ALIVE"]
-    return sorted(found, key=lambda a: a["StartTime"])
+def encoders() -> dict[str, EncoderTotals]:
+    """Every encoder process that has reported to the running job ("host:pid" -> its totals); {} between jobs."""
+    names = [n for n in ray.util.list_named_actors() if n.startswith(RUN_TALLY_PREFIX)]
+    if not names:
+        return {}
+    try:
+        return ray.get(ray.get_actor(names[-1]).encoders.remote())
+    except (ValueError, ray.exceptions.RayActorError):  # the job ended between the two calls
+        return {}
 
 
-def handle(actor: dict) -> ray.actor.ActorHandle:
-    """A handle to an actor that this process's job created (Ray Data keeps its own)."""
-    core_worker = ray._private.worker.global_worker.core_worker
-    return core_worker.get_actor_handle(ray.ActorID.from_hex(actor["ActorID"]))
+def alive_encoders() -> list[EncoderTotals]:
+    """Encoder processes still running, oldest report first."""
+    return [e for e in encoders().values() if psutil.pid_exists(e.pid)]
 
 
 def reported_batches() -> dict[int, int]:
-    """Encoder actor pid -> batches it has encoded, as the running job's RunStats has heard."""
-    stats = actors("RunStats")
-    if not stats:
-        return {}
-    encoders = ray.get(handle(stats[-1]).encoders_snapshot.remote())
-    return {int(name.rsplit(":", 1)[1]): totals.batches for name, (totals, *_) in encoders.items()}
+    """Encoder actor pid -> batches it has encoded, as the running job's RunTally has heard."""
+    return {e.pid: e.stats.batches for e in encoders().values()}
 
 
 class Sidecar(threading.Thread):
@@ -170,12 +171,11 @@ class Sidecar(threading.Thread):
             time.sleep(POLL_S)
         return True
 
-    def busy_encoder(self, node_id: str | None = None) -> dict | None:
+    def busy_encoder(self, node_id: str | None = None) -> EncoderTotals | None:
         """A live encoder actor (on `node_id`, if given) that has encoded batches since it last started."""
-        done = reported_batches()
-        for actor in actors("EncodeBlock"):
-            if done.get(actor["Pid"], 0) > 0 and (node_id is None or actor["Address"]["NodeID"] == node_id):
-                return actor
+        for encoder in alive_encoders():
+            if encoder.stats.batches > 0 and (node_id is None or encoder.where["node_id"] == node_id):
+                return encoder
         return None
 
     def finish(self) -> None:
@@ -209,14 +209,17 @@ class KillEncoder(Sidecar):
             if not self.wait_for(busy):
                 return
             if method == "ray.kill":
-                ray.kill(handle(victim), no_restart=False)
+                ray.kill(victim.where["actor"], no_restart=False)
             else:
-                os.kill(victim["Pid"], signal.SIGKILL)
+                os.kill(victim.pid, signal.SIGKILL)
             self.injected += 1
 
-            def restarted():
-                """the killed encoder actor to come back"""
-                return any(a["ActorID"] == victim["ActorID"] and a["Pid"] != victim["Pid"] for a in actors("EncodeBlock"))
+            def restarted(victim=victim):
+                """the killed encoder actor to come back and encode"""
+                return any(
+                    e.where["actor_id"] == victim.where["actor_id"] and e.pid != victim.pid and e.stats.batches > 0
+                    for e in alive_encoders()
+                )
 
             if not self.wait_for(restarted):
                 return
@@ -316,12 +319,11 @@ class MemorySampler(Sidecar):
 
     def inject(self) -> None:
         while not self.job_done.wait(self.every_s):
-            done = reported_batches()
             entries = sum(1 for _ in self.cache.rglob("*")) if self.cache.is_dir() else 0
-            for actor in actors("EncodeBlock"):
+            for encoder in alive_encoders():
                 with contextlib.suppress(psutil.NoSuchProcess):
-                    rss = psutil.Process(actor["Pid"]).memory_info().rss
-                    self.samples.append(Sample(actor["Pid"], done.get(actor["Pid"], 0), rss, entries))
+                    rss = psutil.Process(encoder.pid).memory_info().rss
+                    self.samples.append(Sample(encoder.pid, encoder.stats.batches, rss, entries))
 
     def after_warm_up(self, warm_up: float = 0.25) -> dict[int, list[Sample]]:
         """Per encoder actor, its samples once it had done `warm_up` of its batches."""

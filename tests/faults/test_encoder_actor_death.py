@@ -10,8 +10,9 @@ programs from the persistent cache instead of compiling them.
 
 from __future__ import annotations
 
-import scenarios
 from pipeline.results import read_report
+
+import scenarios
 
 
 def test_encoder_killed_four_times_loses_and_duplicates_nothing(ray_local, tmp_path):

@@ -2,8 +2,8 @@
 
 `--batch-size 1` and documents of one 256-token bucket make every batch a single
 row, so 2,000 documents are 2,000 batches: the smallest job that soaks the
-encoder this long (a batch costs 256 tokens, whatever its shape). While it runs, the encoder actor's resident memory and the
-compilation cache are sampled; after warm-up (the first quarter of its batches)
+encoder this long (a batch costs 256 tokens, whatever its shape). While it runs,
+the encoder actor's resident memory and the compilation cache are sampled; after warm-up (the first quarter of its batches)
 memory grows under 5% and no program is compiled.
 """
 
@@ -12,9 +12,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import scenarios
-from pipeline.encoder import EncoderConfig
+from pipeline.encode.encoder import EncoderConfig
 from pipeline.results import read_report
+
+import scenarios
 
 BATCHES = 2000
 SENTENCES = 8  # about 175 tokens: every note lands in the 256-token bucket, one row per batch

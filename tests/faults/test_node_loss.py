@@ -12,6 +12,7 @@ import ray
 
 import scenarios
 
+
 def test_worker_node_removed_mid_job_loses_and_duplicates_nothing(tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", scenarios.FILES, scenarios.SHARD_DOCS)
     cfg = scenarios.job(corpus, tmp_path)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-import scenarios
 from jobs.embed import main
 from pipeline import JobConfig, run_job
+
+import scenarios
 from support import REPO, assert_no_secrets, execute_notebook, notebook_outputs_text, ray_log_files
 
 HOSTILE_IDS = ["../../escape", "/abs/path", "..%2F..%2Fx", "%2e%2e/", "..\\..\\win", "./../dot", "a/../../b"]
@@ -29,7 +30,10 @@ FAKE_ENV = {
     "AWS_SECRET_ACCESS_KEY": "fake-secret-kP3vXq9Lw2Zr8TnY5Hb0",
     "AWS_SESSION_TOKEN": "fake-session-token-Jm4Wc7Rd1Qs6Vx2E",
 }
-SIGNED_QUERY = "X-Amz-Credential=AKIAFAKEQUERYCRED01%2F20261130&X-Amz-Security-Token=fake-query-token-u8Hn&X-Amz-Signature=5eedfacec0ffee0ddba11"
+SIGNED_QUERY = (
+    "X-Amz-Credential=AKIAFAKEQUERYCRED01%2F20261130&X-Amz-Security-Token=fake-query-token-u8Hn"
+    "&X-Amz-Signature=5eedfacec0ffee0ddba11"
+)
 SECRETS = [*FAKE_ENV.values(), "AKIAFAKEQUERYCRED01", "fake-query-token-u8Hn", "5eedfacec0ffee0ddba11"]
 
 

@@ -10,15 +10,22 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from support import (
-    SAMPLES, decompression_bomb_pdf, deeply_nested_pdf, encrypt, form_fanout_pdf, page_tree_loop_pdf, text_pdf,
-)
 from pipeline import Embedder, JobConfig, run_job
-from pipeline.accelerators import plan_encoders
-from pipeline.encoder import EncoderConfig
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.placement import place_encoders
+from pipeline.extract.sandbox import ExtractConfig
 from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
-from pipeline.sandbox import ExtractConfig
+
+from support import (
+    SAMPLES,
+    decompression_bomb_pdf,
+    deeply_nested_pdf,
+    encrypt,
+    form_fanout_pdf,
+    page_tree_loop_pdf,
+    text_pdf,
+)
 
 LONG_TEXT = "\n\n".join(
     f"Paragraph {i}. Chunking splits long documents into windows of tokens that overlap, "
@@ -235,8 +242,8 @@ def test_hostile_documents_cost_only_themselves(ray_local, real_pdf, tmp_path):
 
 def test_encoder_calls_hold_a_fixed_number_of_full_batches():
     nodes = [{"Alive": True, "Resources": {"CPU": 240, "TPU": 4}}]
-    tpu = plan_encoders("tpu", nodes, cpu_actors=None, cpu_per_actor=1)
-    cpu = plan_encoders("cpu", nodes, cpu_actors=None, cpu_per_actor=1)
+    tpu = place_encoders("tpu", nodes, cpu_actors=None, cpu_per_actor=1)
+    cpu = place_encoders("cpu", nodes, cpu_actors=None, cpu_per_actor=1)
     assert encode_call_rows(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
     assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 8
     assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2

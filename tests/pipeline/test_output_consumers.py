@@ -18,9 +18,10 @@ import pyarrow.dataset as pads
 import pytest
 import ray
 
-from support import SAMPLES
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.results import nearest, read_table
+
+from support import SAMPLES
 
 DIM = 384
 QUERY = "how do plants turn sunlight into energy?"

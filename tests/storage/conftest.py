@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from .helpers import NOTES, SAMPLES, note_text, shard_rows
-from .storage_servers import REGION, FaultProxy, s3_client, start_gcs, start_moto
+from storage_servers import REGION, FaultProxy, s3_client, start_gcs, start_moto
+from stored_corpus import NOTES, SAMPLES, note_text, shard_rows
 
 
 class Servers:

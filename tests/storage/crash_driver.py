@@ -15,12 +15,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pipeline.job as job  # noqa: E402
 from jobs.embed import main  # noqa: E402
-from pipeline import resume  # noqa: E402
+from pipeline.output import ledger  # noqa: E402
 
 job.ENCODE_CALL_BATCHES = 2
 
 if os.environ.get("DOCEMBED_TEST_DIE_AFTER_MARKER"):
-    count = resume.Ledger.add
+    count = ledger.Ledger.add
 
     def count_then_die(self, summary):
         marker = count(self, summary)
@@ -28,6 +28,6 @@ if os.environ.get("DOCEMBED_TEST_DIE_AFTER_MARKER"):
             os.kill(os.getpid(), signal.SIGKILL)
         return marker
 
-    resume.Ledger.add = count_then_die
+    ledger.Ledger.add = count_then_die
 
 sys.exit(main(sys.argv[1:]))

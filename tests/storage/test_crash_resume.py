@@ -26,11 +26,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from support import wait_for_idle_cluster
-from .helpers import REPO, expected_docs, upload
 from pipeline import JobConfig, run_job
+from pipeline.io.filesystems import filesystem_for, list_files, read_file
 from pipeline.results import read_errors, read_report, read_table
-from pipeline.storage import filesystem_for, list_files, read_file
+
+from stored_corpus import REPO, expected_docs, upload
+from support import wait_for_idle_cluster
 
 GROUP = 2
 ARGS = ["--overlap", "16", "--group-size", str(GROUP)]

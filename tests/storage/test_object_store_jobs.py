@@ -13,12 +13,13 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from .helpers import expected_docs, upload
-from support import assert_no_secrets, ray_log_files
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.errors import StorageError
+from pipeline.io.filesystems import filesystem_for, list_files
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
-from pipeline.storage import filesystem_for, list_files
+
+from stored_corpus import expected_docs, upload
+from support import assert_no_secrets, ray_log_files
 
 GROUP = 4  # files per commit group: the corpus makes several
 
@@ -26,7 +27,7 @@ GROUP = 4  # files per commit group: the corpus makes several
 @pytest.fixture(scope="module")
 def stores(servers, storage_ray, corpus, tmp_path_factory):
     """The corpus in s3://jobs-in and gs://jobs-in, the default model in s3://models, and a local reference run."""
-    from pipeline.model import default_model_dir
+    from pipeline.encode.model_dir import default_model_dir
 
     for scheme in ("s3", "gs"):
         servers.make_bucket(scheme, "jobs-in")
@@ -162,7 +163,7 @@ def assert_markers_hold_their_data(output: str) -> None:
     """Every done-marker's parts exist, are readable, and hold whole documents of its members only."""
     import json
 
-    from pipeline.storage import read_file
+    from pipeline.io.filesystems import read_file
 
     fs, root = filesystem_for(output)
     for info in list_files(fs, f"{root}/_groups"):

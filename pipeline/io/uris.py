@@ -1,0 +1,74 @@
+"""URIs as the user writes them: their scheme, their checks, and their redaction.
+
+Endpoints and credentials come from the standard environment, never from a URI:
+a URI with `user:secret@` or `?options` is refused, so that no credential can
+reach a log line, an error, a doc_id, `_SUCCESS` or Parquet metadata; and every
+message that may hold one goes through `redact`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from urllib.parse import urlparse
+
+from pipeline.errors import ConfigError
+
+# Schemes of the object stores the pipeline is tested against (gcs:// is gs://'s other spelling).
+OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
+GCS_SCHEMES = ("gs", "gcs")
+
+# Values never printed: scrubbed from every message the storage layer raises.
+_SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+# A URI's query: where signed URLs carry theirs (X-Amz-Signature, X-Amz-Security-Token, ...).
+_QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*)\?[^\s#'\"]*")
+
+
+def redact(text: str) -> str:
+    """`text` without `user:secret@` and `?query` in URIs and without the values of credential variables."""
+    text = _QUERY.sub(r"\1?***", _USERINFO.sub(r"\1***@", str(text)))
+    for name in _SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def is_uri(location: str) -> bool:
+    return "://" in str(location)
+
+
+def scheme_of(location: str) -> str:
+    return urlparse(str(location)).scheme.lower() if is_uri(location) else ""
+
+
+def check_location(location: str) -> None:
+    """Refuses locations that carry credentials or options: those belong in the environment."""
+    if not is_uri(location):
+        return
+    parsed = urlparse(location)
+    if "@" in parsed.netloc:
+        raise ConfigError(
+            f"{redact(location)}: credentials in URIs are not accepted (they would end up in logs and outputs); "
+            "set them in the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, Google default credentials)"
+        )
+    # Any scheme: a query is where a signed URL carries its credentials.
+    if parsed.query:
+        raise ConfigError(
+            f"{redact(location)}: options in URIs are not accepted (a signed URL's would end up in logs and "
+            "outputs); set the endpoint with AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST"
+        )
+    if parsed.scheme.lower() in OBJECT_STORE_SCHEMES and not parsed.netloc:
+        raise ConfigError(f"{location}: no bucket named")
+
+
+def uri_of(location: str, fs_path: str, base_path: str) -> str:
+    """The URI a user would write for `fs_path`, found under `location` (whose path is `base_path`)."""
+    scheme = scheme_of(location)
+    if scheme in ("", "file"):
+        return fs_path
+    if scheme in OBJECT_STORE_SCHEMES:
+        return f"{scheme}://{fs_path}"
+    rel = fs_path[len(base_path):].lstrip("/") if fs_path.startswith(base_path) else ""
+    return location.rstrip("/") + ("/" + rel if rel else "")

@@ -1,0 +1,1 @@
+"""The job's output: its file layout, the Parquet sink, and the exactly-once bookkeeping that makes reruns resume."""

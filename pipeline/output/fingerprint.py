@@ -1,0 +1,33 @@
+"""The output's fingerprint: what made its numbers, recorded first and checked by every rerun."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pipeline.io.uris import redact
+
+
+def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
+    """What makes this output's numbers: model weights, tokenizer, head, chunking, compute dtype, PDF extractor."""
+    settings = {
+        "model_fingerprint": spec.fingerprint,
+        "weights_sha256": spec.weights_sha256,
+        "tokenizer_sha256": spec.tokenizer_sha256,
+        "max_tokens": chunking.max_tokens,
+        "overlap": chunking.overlap,
+        "dtype": encoder.dtype,
+        "pdf_extractor": pdf_extractor,
+    }
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    return {"fingerprint": digest, "model": redact(spec.model_id), **settings}
+
+
+def mismatch(output: str, recorded: dict, manifest: dict) -> str:
+    keys = ("model", "model_fingerprint", "max_tokens", "overlap", "dtype", "pdf_extractor")
+    differs = [f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)]
+    return (
+        f"output {redact(output)} holds an unfinished run made with other settings "
+        f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); "
+        "resume it with the same model and chunking, or start afresh with --overwrite"
+    )

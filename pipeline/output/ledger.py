@@ -1,0 +1,125 @@
+"""Exactly once: the driver's account of which commit groups are done, and their done-markers.
+
+Every row carries its group id through the stages; the writer commits one part
+per (call, group) and returns one summary per group. The `Ledger` adds the
+summaries up per group. A group is complete when its document count is known (a
+file group: its members; a shard: its reader puts the count on its last
+document's rows), that many documents have had their first row written (chunk
+0, or their error row), and the rows written equal the rows those first rows
+announce (each chunk row carries its document's chunk count). Only then does
+the driver write the group's marker: a marker never exists without all of its
+group's data. Before `_SUCCESS`, parts that no marker lists (written by a task
+that outlived a killed driver) are swept. Why and how, with the crash cases:
+docs/exactly-once.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+
+from pipeline.io import filesystems as storage
+from pipeline.io.filesystems import filesystem_for
+from pipeline.io.retries import failing_at
+from pipeline.output.files import delete_parts, dumps, list_parts
+from pipeline.output.groups import Group
+from pipeline.output.layout import FORMAT, STAGING_DIR, marker_path
+from pipeline.output.resume import Resume
+
+COUNT_KEYS = ("docs_ok", "docs_failed", "chunks", "tokens")
+
+
+@dataclasses.dataclass
+class _Tally:
+    group_docs: int | None = None
+    docs_started: int = 0
+    rows: int = 0
+    expected_rows: int = 0
+    parts: list = dataclasses.field(default_factory=list)
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    error_types: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+class Ledger:
+    """The driver's account of which groups are done; writes each group's marker when it completes.
+
+    Holds a tally only for groups in flight, and the part names of finished ones
+    (for the final sweep): small next to the job's list of input files.
+    """
+
+    def __init__(self, output: str, groups: list[Group], resume: Resume):
+        self.output = output
+        self.fs, self.root = filesystem_for(output)
+        self.members = {g.id: g for g in groups}
+        self.todo = {g.id for g in groups} - set(resume.done)
+        self.parts = {g: set(m["parts"]) for g, m in resume.done.items()}
+        self.documents = sum(_docs(m["counts"]) for m in resume.done.values())
+        self.pending: dict[str, _Tally] = {}
+
+    def add(self, summary: dict) -> dict | None:
+        """Counts one writer summary; returns the group's marker when this completes it."""
+        group = summary["group"]
+        if group not in self.todo:
+            if set(summary["parts"]) <= self.parts.get(group, set()):
+                return None  # a retried write of parts already counted
+            raise RuntimeError(f"rows for group {group}, which is not being written: refusing to go on")
+        tally = self.pending.setdefault(group, _Tally())
+        if set(summary["parts"]) and set(summary["parts"]) <= set(tally.parts):
+            return None  # the same parts again: a retried write of the same rows
+        if summary["group_docs"] is not None:
+            tally.group_docs = summary["group_docs"]
+        tally.docs_started += summary["docs_started"]
+        tally.rows += summary["rows"]
+        tally.expected_rows += summary["expected_rows"]
+        tally.parts.extend(p for p in summary["parts"] if p not in tally.parts)
+        tally.counts.update({k: summary[k] for k in COUNT_KEYS})
+        tally.error_types.update(json.loads(summary["error_types"]))
+
+        expected_docs = self.members[group].docs
+        if expected_docs is not None and tally.group_docs not in (None, expected_docs):
+            raise RuntimeError(f"group {group}: {expected_docs} files but rows say {tally.group_docs}")
+        docs = expected_docs if expected_docs is not None else tally.group_docs
+        if docs is not None and tally.docs_started > docs:
+            raise RuntimeError(f"group {group}: {tally.docs_started} documents written, {docs} expected")
+        if docs is None or tally.docs_started < docs or tally.rows != tally.expected_rows:
+            return None
+        return self._finish(group, tally)
+
+    def _finish(self, group: str, tally: _Tally) -> dict:
+        counts = {k: tally.counts[k] for k in COUNT_KEYS}
+        counts["error_types"] = dict(tally.error_types)
+        marker = {
+            "format": FORMAT,
+            "group": group,
+            "members": [f.uri for f in self.members[group].members],
+            "parts": sorted(tally.parts),
+            "counts": counts,
+        }
+        path = f"{self.root}/{marker_path(group)}"
+        with failing_at(f"output {self.output}"):
+            storage.write_file(self.fs, path, dumps(marker), f"{self.root}/{STAGING_DIR}")
+        del self.pending[group]
+        self.todo.discard(group)
+        self.parts[group] = set(tally.parts)
+        self.documents += _docs(counts)
+        return marker
+
+    def finish(self) -> None:
+        """Checks that every group is done and sweeps parts that no marker lists."""
+        if self.todo:
+            raise RuntimeError(
+                f"{len(self.todo)} of {len(self.members)} groups did not complete "
+                f"(e.g. {sorted(self.todo)[0]}): refusing to mark the output done"
+            )
+        with failing_at(f"output {self.output}"):
+            listed = set().union(*self.parts.values()) if self.parts else set()
+            present = list_parts(self.fs, self.root)
+            missing = listed - present
+            if missing:
+                raise RuntimeError(f"{len(missing)} committed parts are gone (e.g. {sorted(missing)[0]})")
+            delete_parts(self.fs, self.root, sorted(present - listed))
+
+
+def _docs(counts: dict) -> int:
+    return counts["docs_ok"] + counts["docs_failed"]

@@ -1,0 +1,84 @@
+"""Opening an output for a run: keep a finished one, resume an unfinished one, or start afresh.
+
+A rerun (`open_output`): a finished output (`_SUCCESS`) is left alone, or with
+`--overwrite` cleared. Otherwise the recorded fingerprint must equal this run's,
+or the run is refused. Markers of this job's groups whose parts all exist are
+kept and those groups skipped; every other marker, every part that no kept
+marker lists, and `_staging/` are deleted; the other groups run again from
+scratch. The whole protocol: docs/exactly-once.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow.fs as pafs
+
+from pipeline.errors import OutputError
+from pipeline.io import filesystems as storage
+from pipeline.io.filesystems import filesystem_for
+from pipeline.io.retries import failing_at
+from pipeline.output.files import delete_parts, dumps, list_parts, parallel, read_json
+from pipeline.output.fingerprint import mismatch
+from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, STAGING_DIR, SUCCESS_FILE, group_of_marker
+
+
+@dataclasses.dataclass
+class Resume:
+    """What an unfinished output already holds for this job."""
+
+    done: dict[str, dict]  # group id -> its marker
+    dropped_groups: int = 0  # markers deleted: not this job's groups, or with parts missing
+    dropped_parts: int = 0  # parts deleted: of groups that never finished
+
+
+def open_output(output: str, *, overwrite: bool, manifest: dict, group_ids: set[str]) -> Resume | None:
+    """Makes `output` ready for this job; None when it already holds a finished run."""
+    fs, root = filesystem_for(output)
+    with failing_at(f"output {output}"):
+        if storage.exists(fs, f"{root}/{SUCCESS_FILE}"):
+            if not overwrite:
+                return None
+            _clear(fs, root)
+        elif overwrite:
+            _clear(fs, root)
+        recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")
+        if recorded is None:
+            _clear(fs, root)  # leftovers without a fingerprint cannot be trusted
+            for name in ("", *OURS):
+                storage.makedirs(fs, f"{root}/{name}".rstrip("/"))
+            storage.write_file(fs, f"{root}/{MANIFEST_FILE}", dumps(manifest), f"{root}/{STAGING_DIR}")
+        elif recorded.get("fingerprint") != manifest["fingerprint"]:
+            raise OutputError(mismatch(output, recorded, manifest))
+        return _reconcile(fs, root, group_ids)
+
+
+def _reconcile(fs: pafs.FileSystem, root: str, group_ids: set[str]) -> Resume:
+    markers = {}
+    for info in storage.list_files(fs, f"{root}/{GROUPS_DIR}"):
+        group = group_of_marker(info.path.rsplit("/", 1)[-1])
+        if group is not None:
+            markers[group] = info.path
+    present = list_parts(fs, root)
+    wanted = [g for g in markers if g in group_ids]
+    contents = dict(zip(wanted, parallel(lambda g: read_json(fs, markers[g]), wanted)))
+    done = {g: m for g, m in contents.items() if m is not None and set(m.get("parts", [])) <= present}
+    dropped = [path for g, path in markers.items() if g not in done]
+    # Markers go before parts: a crash in between leaves parts that no marker lists, swept next time.
+    parallel(lambda path: storage.delete_file(fs, path), dropped)
+    kept = {p for m in done.values() for p in m["parts"]}
+    orphans = sorted(present - kept)
+    delete_parts(fs, root, orphans)
+    storage.delete_tree(fs, f"{root}/{STAGING_DIR}")
+    storage.makedirs(fs, f"{root}/{STAGING_DIR}")
+    return Resume(done=done, dropped_groups=len(dropped), dropped_parts=len(orphans))
+
+
+def _clear(fs: pafs.FileSystem, root: str) -> None:
+    """Deletes what a docembed run writes under `root`, and nothing else."""
+    storage.delete_file(fs, f"{root}/{SUCCESS_FILE}")  # first: the output stops being finished
+    storage.delete_file(fs, f"{root}/{MANIFEST_FILE}")
+    for name in OURS:
+        files = storage.list_files(fs, f"{root}/{name}")
+        parallel(lambda info: storage.delete_file(fs, info.path), files)
+        storage.delete_tree(fs, f"{root}/{name}")

@@ -1,0 +1,128 @@
+"""The job's output: Parquet parts under `embeddings/` and `errors/`, then `_SUCCESS`.
+
+Each part holds the rows of one commit group (see `pipeline.output.ledger`) that one
+writer call received. It is made and read back in memory, then written whole
+or not at all (`write_file`: one PUT on object stores, `_staging/` and a
+rename locally) and checked by its size, so a reader never sees a partial file. Its name is the group's id and a digest
+of its rows' keys, so a retried write lands on the same name. `_SUCCESS` is
+written last, whole or not at all.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import uuid
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from pipeline.errors import OutputError, StorageError
+from pipeline.io import filesystems as storage
+from pipeline.io.filesystems import filesystem_for
+from pipeline.io.retries import describe, retrying
+from pipeline.io.uris import check_location, redact
+from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE, part_name
+from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA
+from pipeline.stage_clock import Record, StageClock
+
+
+def check_writable(output: str) -> None:
+    """Raises OutputError unless `output` can be written; leaves no trace behind."""
+    check_location(output)
+    fs, root = filesystem_for(output)
+    probe = f"{root}/.docembed-write-probe-{uuid.uuid4().hex[:8]}"
+    try:
+        if storage.is_object_store(fs):
+            bucket = storage.bucket_missing(fs, root)
+            if bucket:
+                raise OutputError(f"output {redact(output)} is not writable: there is no bucket {bucket}")
+            retrying(f"cannot write {probe}", lambda: _write_probe(fs, probe))
+            storage.delete_file(fs, probe)
+            return
+        existed = storage.exists(fs, root)
+        fs.create_dir(root, recursive=True)
+        _write_probe(fs, probe)
+        fs.delete_file(probe)
+        if not existed:
+            fs.delete_dir(root)
+    except (OSError, ValueError, StorageError) as e:
+        raise OutputError(f"output {redact(output)} is not writable: {describe(e)}") from None
+
+
+def _write_probe(fs: pafs.FileSystem, path: str) -> None:
+    with fs.open_output_stream(path) as f:
+        f.write(b"ok")
+
+
+def _commit(fs: pafs.FileSystem, root: str, subdir: str, name: str, table: pa.Table) -> str:
+    """Stages, checks and moves one part into place; returns its path under the output."""
+    final = f"{root}/{subdir}/{name}"
+
+    # The file is made and checked in memory, so what goes to storage is known
+    # whole; write_file then checks its size there as it puts it in place.
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer)
+    data = buffer.getvalue()
+    if pq.read_metadata(pa.BufferReader(data)).num_rows != table.num_rows:
+        raise RuntimeError(f"{final}: the Parquet file does not hold the {table.num_rows} rows written")
+    storage.write_file(fs, final, data.to_pybytes(), f"{root}/{STAGING_DIR}")
+    return f"{subdir}/{name}"
+
+
+def write_block(
+    batch: pa.Table, output: str, metadata: dict[str, str] | None = None, record: Record | None = None
+) -> pa.Table:
+    """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary row per group in `batch`.
+
+    `record` gets the time this took.
+    """
+    clock = StageClock(record)
+    with clock.timing("write") as counts:
+        fs, root = filesystem_for(output)
+        summaries = []
+        for group in pc.unique(batch.column("group")).to_pylist():
+            rows = batch.filter(pc.equal(batch.column("group"), group))
+            summaries.append(_write_group(fs, root, group, rows, metadata or {}))
+        counts.update(rows=batch.num_rows, parts=sum(len(s["parts"]) for s in summaries))
+    clock.send()
+    return pa.Table.from_pylist(summaries, schema=SUMMARY_SCHEMA)
+
+
+def _write_group(fs: pafs.FileSystem, root: str, group: str, rows: pa.Table, metadata: dict[str, str]) -> dict:
+    failed = pc.is_valid(rows.column("error_type"))
+    chunks = rows.filter(pc.invert(failed))
+    errors = rows.filter(failed)
+    parts = []
+    if chunks.num_rows:
+        table = chunks.select(EMBEDDING_COLUMNS)
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        parts.append(_commit(fs, root, EMBEDDINGS_DIR, part_name(group, table), table))
+    if errors.num_rows:
+        table = pa.table(
+            [errors.column(c) for c in ("doc_id", "error_stage", "error_type", "error_message")], schema=ERRORS_SCHEMA
+        ).replace_schema_metadata(metadata)
+        parts.append(_commit(fs, root, ERRORS_DIR, part_name(group, table), table))
+    firsts = chunks.filter(pc.equal(chunks.column("chunk_index"), 0))
+    group_docs = pc.max(rows.column("group_docs")).as_py()
+    return {
+        "group": group,
+        "group_docs": group_docs,
+        "docs_started": firsts.num_rows + errors.num_rows,
+        "rows": rows.num_rows,
+        "expected_rows": (pc.sum(firsts.column("doc_chunks")).as_py() or 0) + errors.num_rows,
+        "parts": parts,
+        "docs_ok": firsts.num_rows,
+        "docs_failed": errors.num_rows,
+        "chunks": chunks.num_rows,
+        "tokens": pc.sum(chunks.column("n_tokens")).as_py() or 0,
+        "error_types": json.dumps(collections.Counter(errors.column("error_type").to_pylist())),
+    }
+
+
+def write_success(output: str, report: dict) -> None:
+    fs, root = filesystem_for(output)
+    data = json.dumps(report, indent=2, sort_keys=True).encode()
+    storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, f"{root}/{STAGING_DIR}")

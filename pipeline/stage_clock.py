@@ -1,0 +1,218 @@
+"""Busy time and counts per pipeline stage, so a run can name the stage that holds the others back.
+
+Every worker times its own calls of a stage with a `StageClock` and hands what
+it timed, as one `Increment`, to the one callable it was given (`Record`): in a
+job, a message to the run's `RunTally` actor (pipeline.job); in this process
+(the capacity planner, benchmarks), `RunTally.record` itself. The stages know
+only that callable, never Ray.
+
+An encoder call's increment carries its encoder counts too, and the call's
+identity: Ray retries a call whose actor died, and the retry's increment
+replaces the first attempt's, so every batch counts once. `StageTable` adds the
+stages up. A stage's utilisation is its busy time over its workers' share of
+the wall time: the stage nearest 100% is the bottleneck, and the others wait on
+it (their rate per busy second says how much headroom they have).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+from pipeline.encode.batching import EncodeStats
+
+# In data-flow order, with the unit each one's rate is quoted in.
+STAGE_UNITS = {
+    "read": "docs",
+    "extract": "pages",
+    "tokenise": "tokens",
+    "chunk": "chunks",
+    "encode": "tokens",
+    "write": "rows",
+}
+
+
+@dataclasses.dataclass
+class StageTotals:
+    busy_s: float = 0.0
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    workers: set[str] = dataclasses.field(default_factory=set)
+    # Wall-clock (time.time) start of the first call and end of the last one.
+    first: float = math.inf
+    last: float = -math.inf
+
+    def add(self, other: StageTotals) -> None:
+        self.busy_s += other.busy_s
+        self.counts.update(other.counts)
+        self.workers |= other.workers
+        self.first, self.last = min(self.first, other.first), max(self.last, other.last)
+
+    def rate(self, unit: str) -> float:
+        """`unit`s per busy second: what one worker of the stage does when it is not waiting."""
+        return self.counts[unit] / max(self.busy_s, 1e-9)
+
+    @property
+    def span_s(self) -> float:
+        """From the stage's first call to its last: its steady-state window."""
+        return max(self.last - self.first, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderCall:
+    """One encoder call's counts, and the state of the encoder that made them."""
+
+    stats: EncodeStats
+    compiled_shapes: tuple[tuple[int, int], ...]  # every shape this encoder has compiled so far
+    compile_cache: dict[str, int]  # this process's persistent-cache hits and misses so far
+
+
+@dataclasses.dataclass(frozen=True)
+class Increment:
+    """What a worker timed since its last send: the one message a stage sends."""
+
+    worker: str  # "host:pid"
+    stages: dict[str, StageTotals]
+    # Identity of the call that this is all of: a retried call sends the same, and its
+    # increment replaces the first attempt's. None: added as it comes.
+    call: str | None = None
+    encoder: EncoderCall | None = None
+    # Where the worker runs, filled in by the job's sender: node id and actor handle (tests find encoders by it).
+    where: dict = dataclasses.field(default_factory=dict)
+
+
+Record = Callable[[Increment], None]
+
+
+class StageClock:
+    """One worker's timer: `with clock.timing("extract") as counts: ...; counts["pages"] += n`.
+
+    `record` is where `send()` hands what was timed since the last send; None drops it.
+    """
+
+    def __init__(self, record: Record | None = None):
+        self.record = record
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.pending: dict[str, StageTotals] = {}
+
+    @contextlib.contextmanager
+    def timing(self, stage: str) -> Iterator[collections.Counter]:
+        counts: collections.Counter = collections.Counter()
+        wall, started = time.time(), time.perf_counter()
+        try:
+            yield counts
+        finally:
+            busy = time.perf_counter() - started
+            call = StageTotals(busy, counts, {self.worker}, wall, wall + busy)
+            self.pending.setdefault(stage, StageTotals()).add(call)
+
+    def send(self, *, call: str | None = None, encoder: EncoderCall | None = None) -> None:
+        if self.record is not None and (self.pending or encoder is not None):
+            self.record(Increment(self.worker, self.pending, call, encoder))
+        self.pending = {}
+
+
+class StageTable:
+    """The run's sum of every worker's stage clocks."""
+
+    def __init__(self):
+        self.stages: dict[str, StageTotals] = {}
+
+    def add(self, increments: dict[str, StageTotals]) -> None:
+        for stage, totals in increments.items():
+            self.stages.setdefault(stage, StageTotals()).add(totals)
+
+    def utilisation(self, stage: str, wall_s: float) -> float:
+        """Busy time over the time its workers had: 1.0 is a stage that never waited."""
+        totals = self.stages[stage]
+        return totals.busy_s / max(wall_s * len(totals.workers), 1e-9)
+
+    def bottleneck(self, wall_s: float) -> str | None:
+        return max(self.stages, key=lambda s: self.utilisation(s, wall_s), default=None)
+
+    def to_json(self, wall_s: float) -> dict:
+        out = {}
+        for stage in sorted(self.stages, key=_flow_order):
+            totals = self.stages[stage]
+            unit = STAGE_UNITS.get(stage, "calls")
+            out[stage] = {
+                "workers": len(totals.workers),
+                "busy_s": round(totals.busy_s, 3),
+                "span_s": round(totals.span_s, 3),
+                "utilisation": round(self.utilisation(stage, wall_s), 4),
+                f"{unit}_per_busy_s": round(totals.rate(unit), 1),
+                **dict(totals.counts),
+            }
+        return out
+
+    def line(self, wall_s: float) -> str:
+        """'read 2%, extract 61%, ... encode 93% busy; bottleneck encode' for the progress line."""
+        if not self.stages:
+            return "stages: none started"
+        busy = ", ".join(
+            f"{s} {self.utilisation(s, wall_s):.0%}" for s in sorted(self.stages, key=_flow_order)
+        )
+        return f"stages busy: {busy}; bottleneck {self.bottleneck(wall_s)}"
+
+
+def _flow_order(stage: str) -> int:
+    order = list(STAGE_UNITS)
+    return order.index(stage) if stage in order else len(order)
+
+
+@dataclasses.dataclass
+class EncoderTotals:
+    """One encoder process's counts over the run, and its latest state."""
+
+    stats: EncodeStats
+    compiled_shapes: tuple[tuple[int, int], ...]
+    compile_cache: dict[str, int]
+    where: dict
+
+    @property
+    def pid(self) -> int:
+        return int(self.where["worker"].rsplit(":", 1)[1])
+
+
+class RunTally:
+    """The run's account of every `Increment`: stages summed, encoder calls counted once each.
+
+    The job runs it as a Ray actor (pipeline.job); the capacity planner in its own process.
+    """
+
+    def __init__(self):
+        self.loose = StageTable()
+        self.calls: dict[str, Increment] = {}
+        self.latest: dict[str, Increment] = {}  # per encoder worker, its last increment
+
+    def record(self, increment: Increment) -> None:
+        if increment.call is None:
+            self.loose.add(increment.stages)
+        else:
+            self.calls[increment.call] = increment
+        if increment.encoder is not None:
+            self.latest[increment.worker] = increment
+
+    def stages(self) -> StageTable:
+        table = StageTable()
+        table.add(self.loose.stages)
+        for increment in self.calls.values():
+            table.add(increment.stages)
+        return table
+
+    def encoders(self) -> dict[str, EncoderTotals]:
+        """Per encoder process ("host:pid"; a restarted actor is a new one): its batches, counted once."""
+        out = {}
+        for worker, last in self.latest.items():
+            out[worker] = EncoderTotals(
+                EncodeStats(), last.encoder.compiled_shapes, last.encoder.compile_cache, {**last.where, "worker": worker}
+            )
+        for increment in self.calls.values():
+            if increment.encoder is not None:
+                out[increment.worker].stats.add(increment.encoder.stats)
+        return out

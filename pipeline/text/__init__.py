@@ -1,0 +1,1 @@
+"""Text into token windows: the model's tokenizer and chunking."""

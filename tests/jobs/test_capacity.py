@@ -1,0 +1,56 @@
+"""`jobs/capacity.py`: per-core CPU stage rates on a sample, the encoder's rate, cores per chip."""
+
+import re
+import subprocess
+import sys
+
+from pipeline.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.io.shards import ShardFields
+from pipeline.text.chunking import ChunkingConfig
+
+from support import REPO, SAMPLES
+
+CAPACITY = [sys.executable, str(REPO / "jobs" / "capacity.py")]
+
+
+def test_the_sample_runs_every_cpu_stage_of_the_job():
+    sample = sample_cpu_stages([str(SAMPLES)], 200, None, ChunkingConfig(256, 32), ShardFields())
+    assert sample.documents == sample.inputs == 9
+    assert set(sample.table.stages) == set(CPU_STAGES)
+    assert sample.table.stages["chunk"].counts["chunks"] == len(sample.windows) == 21
+    assert sample.encoded_tokens == 4932  # the demo corpus's figure in _SUCCESS
+    assert sample.tokens_per_core_s > 0
+
+    few = sample_cpu_stages([str(SAMPLES)], 3, None, ChunkingConfig(256, 32), ShardFields())
+    assert 3 <= few.documents < 9  # spread over the input, stopped once enough were read
+
+
+def test_cores_per_chip_is_the_ratio_of_rates_with_headroom():
+    sample = sample_cpu_stages([str(SAMPLES / "text")], 200, None, ChunkingConfig(256, 32), ShardFields())
+    chip = EncoderRate(sample.tokens_per_core_s * 10, "given")
+    assert cores_per_chip(sample, chip, 1.0) == 10
+    assert cores_per_chip(sample, chip, 1.25) == 13
+    text = render(sample, chip, 1.25)
+    assert "with 1.25x headroom: 13" in text and "a host of N chips needs N x 13 cores" in text
+
+
+def test_the_encoder_rate_is_measured_on_this_machine():
+    rate = measure_encoder(None, EncoderConfig(), [[101, 2023, 102]] * 8)
+    assert rate.tokens_per_chip_s > 0 and rate.cpu_host and "CPU" in rate.source
+
+
+def test_command_line(tmp_path):
+    ok = subprocess.run(CAPACITY + ["--input", str(SAMPLES), "--encoder-tokens-per-s", "1000000"],
+                        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert ok.returncode == 0, ok.stderr
+    assert re.search(r"encoder: 1,000,000 tokens/s per chip \(given", ok.stdout)
+    assert re.search(r"with 1.25x headroom: \d+\n", ok.stdout)
+    bad = subprocess.run(CAPACITY + ["--input", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert bad.returncode == 2 and bad.stderr.startswith("docembed: error: no documents")
+
+
+def test_the_capacity_planner_runs_without_ray():
+    """It runs the job's stage code in one process: importing it must not import Ray (nor start one)."""
+    code = "import sys, pipeline.capacity; sys.exit(1 if 'ray' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

@@ -1,0 +1,81 @@
+"""Encoder actor placement, and a job whose encoders are pinned to a (declared) TPU resource.
+
+There is no TPU here: the local Ray declares a custom `TPU` resource so that
+scheduling is real, while JAX inside the actor runs on the CPU. That part is
+the mock, and the only one.
+"""
+
+import pytest
+import ray
+
+from pipeline import JobConfig, run_job
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, place_encoders
+from pipeline.errors import ConfigError
+from pipeline.results import read_report
+
+from support import SAMPLES, wait_for_idle_cluster
+
+
+def node(cpu=8, **extra):
+    return {"Alive": True, "Resources": {"CPU": cpu, **extra}}
+
+
+def test_one_actor_per_tpu_host_owning_all_its_chips():
+    nodes = [node(), node(TPU=4), node(TPU=4), {"Alive": False, "Resources": {"TPU": 4}}]
+    placement = place_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
+    assert placement.kind == "tpu" and placement.actors == 2
+    assert placement.ray_remote_args == {"resources": {"TPU": 4}, "num_cpus": ACCELERATOR_HOST_CPUS}
+    # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept for writers.
+    assert placement.stage_cpus == 1.0 and placement.max_cpu_actors == 24 - 2 * ACCELERATOR_HOST_CPUS - 1
+
+
+def test_cpu_stages_overlap_a_cpu_encoder_and_too_few_cpus_fail_fast():
+    laptop = place_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
+    assert (laptop.stage_cpus, laptop.max_cpu_actors) == (0.5, 1)
+    with pytest.raises(ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"):
+        place_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
+
+
+def test_gpu_one_actor_per_gpu_and_cpu_one_per_node():
+    gpu = place_encoders("auto", [node(GPU=2), node(GPU=1)], cpu_actors=None, cpu_per_actor=1)
+    assert (gpu.kind, gpu.actors, gpu.ray_remote_args["num_gpus"]) == ("gpu", 3, 1)
+    cpu = place_encoders("auto", [node(), node()], cpu_actors=None, cpu_per_actor=2)
+    assert (cpu.kind, cpu.actors, cpu.ray_remote_args) == ("cpu", 2, {"num_cpus": 2})
+    assert place_encoders("cpu", [node(TPU=4)], cpu_actors=3, cpu_per_actor=1).actors == 3
+
+
+@pytest.mark.parametrize("kind", ["tpu", "gpu"])
+def test_missing_accelerator_fails_fast(kind):
+    with pytest.raises(ConfigError, match=f"--accelerator {kind}, but no node"):
+        place_encoders(kind, [node(), node()], cpu_actors=None, cpu_per_actor=1)
+    with pytest.raises(ConfigError, match="must be one of"):
+        place_encoders("npu", [node()], cpu_actors=None, cpu_per_actor=1)
+
+
+@pytest.fixture(scope="module")
+def ray_with_tpu():
+    # CPUs are Ray's accounting here: the TPU encoder reserves 2, the CPU stages take one each.
+    ray.init(num_cpus=4, resources={"TPU": 4}, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def test_job_schedules_encoders_on_the_tpu_resource(ray_with_tpu, tmp_path):
+    cfg = JobConfig(inputs=(str(SAMPLES / "text"),), output=str(tmp_path / "out"), accelerator="tpu",
+                    compile_cache=str(tmp_path / "cache"), profile=str(tmp_path / "profile"))
+    report = run_job(cfg)
+    assert report.docs_ok == 5
+    assert read_report(str(tmp_path / "out"))["counts"]["docs_ok"] == 5
+    # The encoder held the TPU resource while it ran, and hands it back.
+    wait_for_idle_cluster()
+    assert ray.available_resources().get("TPU") == 4
+    assert any((tmp_path / "cache").iterdir()), "the encoder wrote its compiled programs to the cache"
+    # --profile: a JAX profiler trace per encoder actor, in the format TensorBoard and Perfetto read.
+    assert list((tmp_path / "profile").glob("*/plugins/profile/*/*.xplane.pb"))
+
+
+def test_job_asking_for_a_gpu_here_fails_before_starting(ray_with_tpu, tmp_path):
+    cfg = JobConfig(inputs=(str(SAMPLES / "text"),), output=str(tmp_path / "out"), accelerator="gpu")
+    with pytest.raises(ConfigError, match="no node of this Ray cluster has a GPU"):
+        run_job(cfg)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,87 @@
+"""Shard readers: rows and bad records of jsonl, gzip and Parquet shards, streamed rather than loaded."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.io import shards
+from pipeline.io.shards import ShardFields, iter_shard
+
+
+def test_jsonl_shard_rows_and_bad_records(tmp_path):
+    path = tmp_path / "s.jsonl"
+    lines = [
+        json.dumps({"doc": "a", "body": "first"}),
+        "",
+        "[1, 2]",
+        "{broken",
+        json.dumps({"body": "no id"}),
+        json.dumps({"doc": 7, "body": None}),
+        json.dumps({"doc": 8.0, "body": "eight"}),
+        b"\xff\xfe not utf-8".decode("latin-1"),
+    ]
+    path.write_text("\n".join(lines))
+    rows = list(iter_shard(str(path), "jsonl", ShardFields(id="doc", text="body")))
+    got = [(r["doc_id"].split("#")[1], r.get("error_type")) for r in rows]
+    assert got == [
+        ("a", None),
+        ("line:3", "BadRecord"),
+        ("line:4", "BadRecord"),
+        ("line:5", "MissingId"),
+        ("7", "NoText"),
+        ("8", None),
+        ("line:8", "BadRecord"),
+    ]
+    assert rows[0]["pages"] == ["first"]
+
+
+def test_gzip_and_parquet_shards_and_broken_ones(tmp_path):
+    with gzip.open(tmp_path / "a.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps({"id": i, "text": f"t{i}"}) for i in range(5)))
+    assert len([r for r in iter_shard(str(tmp_path / "a.jsonl.gz"), "jsonl") if "pages" in r]) == 5
+
+    data = (tmp_path / "a.jsonl.gz").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) - 12])
+    rows = list(iter_shard(str(tmp_path / "cut.jsonl.gz"), "jsonl"))
+    assert rows[-1]["doc_id"] == str(tmp_path / "cut.jsonl.gz") and rows[-1]["error_type"] == "CorruptShard"
+
+    pq.write_table(pa.table({"key": ["x", None], "body": ["text x", "text y"]}), tmp_path / "p.parquet")
+    rows = list(iter_shard(str(tmp_path / "p.parquet"), "parquet", ShardFields(id="key", text="body")))
+    assert [(r["doc_id"].split("#")[1], r.get("error_type")) for r in rows] == [("x", None), ("row:1", "MissingId")]
+    rows = list(iter_shard(str(tmp_path / "p.parquet"), "parquet"))
+    assert len(rows) == 1 and rows[0]["error_type"] == "BadShard" and "no column id, text" in rows[0]["error_message"]
+
+    (tmp_path / "fake.parquet").write_bytes(b"not parquet at all")
+    (tmp_path / "empty.jsonl").write_text("\n\n")
+    assert [r["error_type"] for r in iter_shard(str(tmp_path / "fake.parquet"), "parquet")] == ["CorruptShard"]
+    assert [r["error_type"] for r in iter_shard(str(tmp_path / "empty.jsonl"), "jsonl")] == ["EmptyShard"]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_shards_are_streamed_not_loaded_whole(tmp_path, monkeypatch, kind):
+    monkeypatch.setattr(shards, "READ_BUFFER", 1 << 14)
+    n = 20_000
+    texts = [f"document number {i}: " + "word " * 30 for i in range(n)]
+    path = tmp_path / f"big.{kind}"
+    if kind == "jsonl":
+        path.write_text("\n".join(json.dumps({"id": i, "text": t}) for i, t in enumerate(texts)))
+    else:
+        pq.write_table(pa.table({"id": list(range(n)), "text": texts}), path, row_group_size=500, compression="none")
+    read = []
+    original = shards._RangeReader.readinto
+
+    def counting(self, buffer):
+        got = original(self, buffer)
+        read.append(got)
+        return got
+
+    monkeypatch.setattr(shards._RangeReader, "readinto", counting)
+    first = list(itertools.islice(iter_shard(str(path), kind), 100))
+    assert len(first) == 100
+    assert sum(read) < path.stat().st_size / 10, (sum(read), path.stat().st_size)

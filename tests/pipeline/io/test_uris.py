@@ -1,0 +1,46 @@
+"""URIs: credentials refused and redacted; local paths and file:// URIs alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.io import uris
+from pipeline.io.listing import list_inputs
+
+
+def test_redact_scrubs_userinfo_and_credential_values(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-xyz")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEY")
+    text = uris.redact(
+        "s3://AKIA:pw@bucket/x failed; key AKIAEXAMPLEKEY secret s3cr3t-value-xyz; "
+        "https://bucket.s3.amazonaws.com/y?X-Amz-Credential=AKIAQUERY&X-Amz-Signature=f00d failed"
+    )
+    assert "pw" not in text and "AKIAEXAMPLEKEY" not in text and "s3cr3t-value-xyz" not in text
+    assert "AKIAQUERY" not in text and "f00d" not in text
+    assert "s3://***@bucket/x" in text and "https://bucket.s3.amazonaws.com/y?*** failed" in text
+
+
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        ("s3://key:secret@bucket/docs", "credentials in URIs are not accepted"),
+        ("gs://bucket/docs?endpoint_override=x", "options in URIs are not accepted"),
+        ("file:///docs?X-Amz-Signature=secret", "options in URIs are not accepted"),
+        ("s3:///docs", "no bucket"),
+    ],
+)
+def test_locations_with_credentials_or_options_are_refused(location, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        uris.check_location(location)
+    assert "secret" not in str(e.value)
+
+
+def test_local_and_file_uris_name_the_same_files(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "s.jsonl").write_text("{}")
+    (tmp_path / "skip.png").write_bytes(b"x")
+    by_path, skipped = list_inputs([str(tmp_path)])
+    by_uri, _ = list_inputs([f"file://{tmp_path}"])
+    assert by_path == by_uri and skipped == 1
+    assert [(f.uri, f.kind) for f in by_path] == [(str(tmp_path / "a.txt"), "text"), (str(tmp_path / "s.jsonl"), "jsonl")]

@@ -1,0 +1,202 @@
+"""Exactly once, without Ray: the sink's parts, the ledger's markers, and what a rerun keeps (sink, ledger, resume)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.errors import OutputError, StorageError
+from pipeline.io import retries
+from pipeline.io.listing import InputFile
+from pipeline.output import resume, sink
+from pipeline.output.groups import form_groups
+from pipeline.output.ledger import Ledger
+
+from support import text_files as files
+
+
+def chunk_rows(group: str, doc: str, n: int, group_docs=None, start: int = 0, stop: int | None = None) -> list[dict]:
+    return [
+        {
+            "doc_id": doc, "chunk_index": i, "text": f"{doc} {i}", "page_start": None, "page_end": None,
+            "char_start": 0, "char_end": 1, "n_tokens": 5, "embedding": [0.5, 0.5],
+            "error_stage": None, "error_type": None, "error_message": None,
+            "group": group, "group_docs": group_docs, "doc_chunks": n,
+        }
+        for i in range(start, n if stop is None else stop)
+    ]
+
+
+def error_row(group: str, doc: str, group_docs=None) -> dict:
+    return {
+        "doc_id": doc, "chunk_index": None, "text": None, "page_start": None, "page_end": None, "char_start": None,
+        "char_end": None, "n_tokens": None, "embedding": None, "error_stage": "extract", "error_type": "NoText",
+        "error_message": "empty", "group": group, "group_docs": group_docs, "doc_chunks": None,
+    }
+
+
+SCHEMA = pa.schema(
+    [
+        ("doc_id", pa.string()), ("chunk_index", pa.int32()), ("text", pa.string()), ("page_start", pa.int32()),
+        ("page_end", pa.int32()), ("char_start", pa.int64()), ("char_end", pa.int64()), ("n_tokens", pa.int32()),
+        ("embedding", pa.list_(pa.float32(), 2)), ("error_stage", pa.string()), ("error_type", pa.string()),
+        ("error_message", pa.string()), ("group", pa.string()), ("group_docs", pa.int32()), ("doc_chunks", pa.int32()),
+    ]
+)
+MANIFEST = {"fingerprint": "f" * 16, "model": "m", "model_fingerprint": "mf", "max_tokens": 10, "overlap": 2, "dtype": "float32"}
+
+
+def write(rows: list[dict], output: str) -> list[dict]:
+    return sink.write_block(pa.Table.from_pylist(rows, schema=SCHEMA), output, {"docembed.fingerprint": "f" * 16}).to_pylist()
+
+
+def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_path):
+    output = str(tmp_path / "out")
+    file_group = form_groups(files(2), 2, "s")[0]
+    shard_group = form_groups([InputFile("/d/s.jsonl", "jsonl", 1)], 2, "s")[0]
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids={file_group.id, shard_group.id})
+    ledger = Ledger(output, [file_group, shard_group], state)
+    g, s = file_group.id, shard_group.id
+    a, b = (m.uri for m in file_group.members)
+
+    # Rows arrive split across writer calls, a later chunk before the first one, groups mixed.
+    first = write(chunk_rows(g, a, 3, 2, start=1) + chunk_rows(s, "/d/s.jsonl#1", 1), output)
+    assert [ledger.add(r) for r in first] == [None, None]
+    second = write(chunk_rows(g, a, 3, 2, stop=1) + [error_row(g, b, 2)], output)
+    marker = ledger.add(second[0])
+    assert marker is not None and marker["counts"]["docs_ok"] == 1 and marker["counts"]["docs_failed"] == 1
+    assert len(marker["parts"]) == 3  # two embeddings parts, one errors part
+    assert ledger.add(second[0]) is None  # the same summary twice: a retried write, counted once
+    # The shard's count comes with its last document.
+    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, stop=1), output)[0]) is None
+    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, start=1), output)[0]) is not None
+    ledger.finish()
+    assert ledger.documents == 4
+    assert {p.name for p in (tmp_path / "out" / "_groups").iterdir()} == {f"{g}.json", f"{s}.json"}
+    table = pq.read_table(tmp_path / "out" / "embeddings")
+    assert sorted(zip(table["doc_id"].to_pylist(), table["chunk_index"].to_pylist())) == [
+        ("/d/f000.txt", 0), ("/d/f000.txt", 1), ("/d/f000.txt", 2), ("/d/s.jsonl#1", 0), ("/d/s.jsonl#2", 0), ("/d/s.jsonl#2", 1)
+    ]
+
+
+def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
+    output = str(tmp_path / "out")
+    groups = form_groups(files(4), 2, "s")
+    ids = {g.id for g in groups}
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids)
+    ledger = Ledger(output, groups, state)
+    done, unfinished = groups
+    for doc in done.members:
+        for row in write(chunk_rows(done.id, doc.uri, 1, 2), output):
+            ledger.add(row)
+    write(chunk_rows(unfinished.id, unfinished.members[0].uri, 1, 2), output)  # its group never completes
+    (tmp_path / "out" / "_staging" / "leftover.parquet").write_bytes(b"partial")
+    stale = tmp_path / "out" / "_groups" / "0123456789abcdef0123.json"
+    stale.write_text(json.dumps({"parts": [], "counts": {}}))
+
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids)
+    assert set(state.done) == {done.id} and state.dropped_parts == 1 and state.dropped_groups == 1
+    parts = sorted(p.name for p in (tmp_path / "out" / "embeddings").iterdir())
+    assert all(p.startswith(f"part-{done.id}-") for p in parts) and len(parts) == 2
+    assert not stale.exists() and not list((tmp_path / "out" / "_staging").iterdir())
+
+    # A marker whose part vanished is not trusted: the group is redone.
+    (tmp_path / "out" / "embeddings" / parts[0]).unlink()
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids)
+    assert state.done == {} and not list((tmp_path / "out" / "embeddings").iterdir())
+
+    with pytest.raises(OutputError, match="overlap 2 there, 4 now.*--overwrite"):
+        resume.open_output(output, overwrite=False, manifest={**MANIFEST, "fingerprint": "g" * 16, "overlap": 4}, group_ids=ids)
+    state = resume.open_output(output, overwrite=True, manifest={**MANIFEST, "fingerprint": "g" * 16}, group_ids=ids)
+    assert state.done == {}
+    assert json.loads((tmp_path / "out" / "_docembed.json").read_text())["fingerprint"] == "g" * 16
+
+    sink.write_success(output, {"counts": {}})
+    assert resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids) is None
+
+
+class _BrokenUploads(pafs.FileSystemHandler):
+    """A local filesystem whose uploads write half their bytes, then fail as a dropped connection does."""
+
+    def __init__(self):
+        self.fs = pafs.LocalFileSystem()
+
+    def __eq__(self, other):
+        return isinstance(other, _BrokenUploads)
+
+    def get_type_name(self):
+        return "broken-uploads"
+
+    def normalize_path(self, path):
+        return path
+
+    def get_file_info(self, paths):
+        return self.fs.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        return self.fs.get_file_info(selector)
+
+    def create_dir(self, path, recursive):
+        self.fs.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path):
+        self.fs.delete_dir(path)
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self):
+        raise NotImplementedError
+
+    def delete_file(self, path):
+        self.fs.delete_file(path)
+
+    def move(self, src, dest):
+        self.fs.move(src, dest)
+
+    def copy_file(self, src, dest):
+        self.fs.copy_file(src, dest)
+
+    def open_input_stream(self, path):
+        return self.fs.open_input_stream(path)
+
+    def open_input_file(self, path):
+        return self.fs.open_input_file(path)
+
+    def open_append_stream(self, path, metadata):
+        raise NotImplementedError
+
+    def open_output_stream(self, path, metadata):
+        target = open(path, "wb")
+
+        class HalfThenFail(io.RawIOBase):
+            def writable(self):
+                return True
+
+            def write(self, data):
+                target.write(bytes(data)[: len(data) // 2])
+                target.flush()
+                raise OSError("connection reset while uploading")
+
+            def close(self):
+                target.close()
+                super().close()
+
+        return pa.PythonFile(HalfThenFail(), mode="w")
+
+
+def test_a_failed_commit_leaves_no_file_in_place(tmp_path, monkeypatch):
+    output = str(tmp_path / "out")
+    resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=set())
+    monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.001)
+    broken = pafs.PyFileSystem(_BrokenUploads())
+    monkeypatch.setattr(sink, "filesystem_for", lambda location: (broken, str(tmp_path / "out")))
+    with pytest.raises(StorageError, match="still failing after 3 attempts: connection reset"):
+        write(chunk_rows("g" * 20, "/d/x.txt", 3, 1), output)
+    assert not list((tmp_path / "out" / "embeddings").iterdir())
+    assert not list((tmp_path / "out" / "_staging").iterdir())

@@ -1,0 +1,66 @@
+import time
+
+from pipeline.encode.batching import EncodeStats
+from pipeline.stage_clock import EncoderCall, RunTally, StageClock, StageTable, StageTotals
+
+
+def test_a_clock_sends_what_it_timed_since_the_last_send():
+    tally = RunTally()
+    clock = StageClock(tally.record)
+    before = time.time()
+    with clock.timing("extract") as counts:
+        time.sleep(0.05)
+        counts["pages"] += 3
+    with clock.timing("extract") as counts:
+        counts["pages"] += 2
+    clock.send()
+    clock.send()  # nothing new: nothing added
+    extract = tally.stages().stages["extract"]
+    assert extract.counts["pages"] == 5 and extract.busy_s >= 0.05
+    assert extract.workers == {clock.worker}
+    assert before <= extract.first and extract.span_s >= extract.busy_s - 1e-6
+
+
+def test_time_inside_a_failing_call_still_counts():
+    clock = StageClock()
+    try:
+        with clock.timing("read"):
+            raise OSError("unreachable")
+    except OSError:
+        pass
+    assert "read" in clock.pending
+
+
+def test_utilisation_per_worker_names_the_bottleneck():
+    table = StageTable()
+    # Two extract workers busy 4 s each of a 10 s run; one encoder busy 9 s.
+    table.add({"extract": StageTotals(4.0, {"pages": 40}, {"a:1"}, 100.0, 104.0),
+               "encode": StageTotals(9.0, {"tokens": 9000}, {"a:1"}, 101.0, 110.0)})
+    table.add({"extract": StageTotals(4.0, {"pages": 40}, {"a:2"}, 100.0, 106.0)})
+    assert table.utilisation("extract", 10.0) == 0.4
+    assert table.utilisation("encode", 10.0) == 0.9
+    assert table.bottleneck(10.0) == "encode"
+    report = table.to_json(10.0)
+    assert list(report) == ["extract", "encode"]
+    assert report["extract"] == {
+        "workers": 2, "busy_s": 8.0, "span_s": 6.0, "utilisation": 0.4, "pages_per_busy_s": 10.0, "pages": 80
+    }
+    assert report["encode"]["tokens_per_busy_s"] == 1000.0
+    assert table.line(10.0) == "stages busy: extract 40%, encode 90%; bottleneck encode"
+    assert StageTable().bottleneck(1.0) is None
+
+
+def test_a_retried_encoder_call_counts_once():
+    """Ray retries a call whose actor died: the retry's report (same call, new process) replaces the first one's."""
+    tally = RunTally()
+    first, retry = StageClock(tally.record), StageClock(tally.record)
+    retry.worker = "host:2"  # the restarted actor: another process
+    for clock, call in ((first, "rows-a"), (first, "rows-b"), (retry, "rows-b")):
+        with clock.timing("encode") as counts:
+            counts["tokens"] += 100
+        clock.send(call=call, encoder=EncoderCall(EncodeStats(100, 128, 1), ((4, 32),), {"hits": 0, "misses": 1}))
+    encoders = tally.encoders()
+    assert encoders[first.worker].stats == EncodeStats(100, 128, 1)
+    assert encoders["host:2"].stats == EncodeStats(100, 128, 1)
+    assert tally.stages().stages["encode"].counts["tokens"] == 200
+    assert encoders["host:2"].pid == 2 and encoders["host:2"].compiled_shapes == ((4, 32),)

@@ -1,0 +1,25 @@
+"""The stages as plain calls without Ray."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from pipeline.io.listing import InputFile
+from pipeline.output.groups import form_groups, work_blocks
+from pipeline.stages import extract_block
+
+
+def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_path, monkeypatch):
+    import pipeline.stages as stages
+
+    monkeypatch.setattr(stages, "SHARD_BLOCK", 4)
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps({"id": i, "text": f"t{i}"}) for i in range(10)))
+    shard = InputFile(str(tmp_path / "s.jsonl"), "jsonl", 1)
+    (block,) = work_blocks(form_groups([shard], 64), 4)
+    out = list(extract_block(block))
+    assert [b.num_rows for b in out] == [4, 4, 2]
+    table = pa.concat_tables(out)
+    assert table.column("group_docs").to_pylist() == [None] * 9 + [10]
+    assert set(table.column("group").to_pylist()) == {block.column("group")[0].as_py()}

@@ -1,1 +1,0 @@
-"""Storage tests: a package, so that their conftest and helpers never shadow another directory's."""
