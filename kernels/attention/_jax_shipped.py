@@ -37,7 +37,7 @@ def _valid_key_ids(kv_lengths: jax.Array, kv_seq: int) -> jax.Array:
     return (jnp.arange(kv_seq) < at_least_one_key(kv_lengths)[:, None]).astype(jnp.int32)
 
 
-def tpu_flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
+def tpu_flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, segment_ids, *, scale: float, window) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
     batch, q_seq = q.shape[:2]
     q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (q, k, v))
@@ -61,7 +61,7 @@ def _splash_kernel(heads: int, q_seq: int, kv_seq: int):
         return splash_lib.make_splash_mha_single_device(mask, block_sizes=blocks)
 
 
-def tpu_splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
+def tpu_splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, segment_ids, *, scale: float, window) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
     q_seq = q.shape[1]
     q = (q.astype(jnp.float32) * scale).astype(q.dtype)
@@ -82,7 +82,7 @@ def tpu_splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: j
     return zero_rows_without_keys(out.transpose(0, 2, 1, 3)[:, :q_seq], kv_lengths)
 
 
-def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
+def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, segment_ids, *, scale: float, window) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
     out = jax.nn.dot_product_attention(
         q, k, v, scale=scale, key_value_seq_lengths=at_least_one_key(kv_lengths), implementation="cudnn"

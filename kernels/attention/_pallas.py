@@ -74,8 +74,10 @@ def pallas_attention(
     k: jax.Array,
     v: jax.Array,
     kv_lengths: jax.Array,
+    segment_ids=None,
     *,
     scale: float,
+    window=None,
     blocks: PallasBlocks | None = None,
     platform: str | None = None,
 ) -> jax.Array:

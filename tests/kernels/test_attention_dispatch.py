@@ -102,7 +102,7 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
     chosen = []
 
     def recorder(name):
-        return lambda q, k, v, kv_lengths, *, scale: chosen.append(name) or q
+        return lambda q, k, v, kv_lengths, segment_ids, *, scale, window: chosen.append(name) or q
 
     fakes = {name: dataclasses.replace(impl, fn=recorder(name)) for name, impl in _dispatch._IMPLS.items()}
     monkeypatch.setattr(_dispatch, "_IMPLS", fakes)
@@ -113,19 +113,24 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "bad",
+    "bad, message",
     [
-        dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)),
-        dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)),
-        dict(q=(2, 8, 16), k=(2, 8, 16)),
-        dict(q=(2, 8, 2, 16), k=(2, 8, 2, 16), lengths=(3,)),
+        (dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)), "differ in batch, heads or head_dim"),
+        (dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)), "differ in batch, heads or head_dim"),
+        (dict(q=(2, 8, 16), k=(2, 8, 16)), "shaped \\[batch, seq, heads, head_dim\\]"),
+        (dict(kv_lengths=jnp.zeros(3, jnp.int32)), "kv_lengths must be integers shaped \\[batch\\]"),
+        (dict(segment_ids=jnp.zeros((2, 9), jnp.int32)), "segment_ids must be integers shaped \\[batch, seq\\]"),
+        (dict(segment_ids=jnp.zeros((2, 8))), "segment_ids must be integers"),
+        (dict(k=(2, 12, 2, 16), segment_ids=jnp.zeros((2, 8), jnp.int32)), "segment_ids need self-attention"),
+        (dict(window=-1), "window must be a Python int >= 0"),
+        (dict(window=2.0), "window must be a Python int >= 0"),
+        (dict(window=True), "window must be a Python int >= 0"),
     ],
 )
-def test_rejects_malformed_inputs(bad):
-    q, k = jnp.zeros(bad["q"]), jnp.zeros(bad["k"])
-    lengths = jnp.zeros(bad["lengths"], jnp.int32) if "lengths" in bad else None
-    with pytest.raises(ValueError):
-        attention(q, k, k, kv_lengths=lengths)
+def test_rejects_malformed_inputs(bad, message):
+    q, k = jnp.zeros(bad.pop("q", (2, 8, 2, 16))), jnp.zeros(bad.pop("k", (2, 8, 2, 16)))
+    with pytest.raises(ValueError, match=message):
+        attention(q, k, k, **bad)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
@@ -142,7 +147,7 @@ def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype):
 @pytest.mark.parametrize("kernel", [tpu_flash_attention, tpu_splash_attention], ids=["tpu_flash", "tpu_splash"])
 def test_jax_tpu_kernels_lower_for_tpu(kernel):
     q, lengths = spec(seq=200, head_dim=64, dtype=jnp.bfloat16), jax.ShapeDtypeStruct((2,), jnp.int32)
-    fn = jax.jit(lambda q, k, v, l: kernel(q, k, v, l, scale=0.125))
+    fn = jax.jit(lambda q, k, v, l: kernel(q, k, v, l, None, scale=0.125, window=None))
     assert "tpu_custom_call" in fn.trace(q, q, q, lengths).lower(lowering_platforms=("tpu",)).as_text()
 
 
