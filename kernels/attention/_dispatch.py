@@ -57,8 +57,6 @@ def _masks_pending(problem: Problem) -> str | None:
 
 
 def _pallas_limits(problem: Problem) -> str | None:
-    if (pending := _masks_pending(problem)) is not None:
-        return pending
     if problem.platform == "gpu" and problem.head_dim & (problem.head_dim - 1):
         return f"Triton needs a power-of-two head_dim, got {problem.head_dim}"
     if problem.platform == "cpu" and problem.varying:

@@ -223,8 +223,9 @@ def test_window_with_kv_lengths_and_cross_attention(seeded_rng, impl, emulated):
     "kernel",
     [
         lambda *a, **kw: blockwise_attention(*a, **kw, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
+        lambda *a, **kw: pallas_attention(*a, **kw, blocks=PallasBlocks(block_q=16, block_k=32)),
     ],
-    ids=["blockwise"],
+    ids=["blockwise", "pallas"],
 )
 @pytest.mark.parametrize("window", [None, 7, 40], ids=["full", "window7", "window40"])
 def test_many_small_blocks_with_segments_and_window(seeded_rng, kernel, window):

@@ -133,22 +133,30 @@ def test_rejects_malformed_inputs(bad, message):
         attention(q, k, k, **bad)
 
 
+@pytest.mark.parametrize("masks", [{}, dict(segments=True, window=64)], ids=["lengths", "segments-window"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("platform", ["tpu", "gpu"])
-def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype):
+def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype, masks):
     """Mosaic (TPU) and Triton (GPU) lowering run in Python, so a CPU host can check
     them; only the final device compilation needs the chip."""
     q, lengths = spec(seq=200, head_dim=64, dtype=dtype), jax.ShapeDtypeStruct((2,), jnp.int32)
-    fn = jax.jit(lambda q, k, v, l: pallas_attention(q, k, v, l, scale=0.125, platform=platform))
-    text = fn.trace(q, q, q, lengths).lower(lowering_platforms=({"gpu": "cuda"}.get(platform, platform),)).as_text()
-    assert ("tpu_custom_call" if platform == "tpu" else "triton") in text
+    segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
+    window = masks.get("window")
+    fn = jax.jit(lambda q, k, v, l, s: pallas_attention(q, k, v, l, s, scale=0.125, window=window, platform=platform))
+    lowered = fn.trace(q, q, q, lengths, segments).lower(lowering_platforms=({"gpu": "cuda"}.get(platform, platform),))
+    assert ("tpu_custom_call" if platform == "tpu" else "triton") in lowered.as_text()
 
 
+@pytest.mark.parametrize("masks", [{}, dict(segments=True, window=64)], ids=["lengths", "segments-window"])
 @pytest.mark.parametrize("kernel", [tpu_flash_attention, tpu_splash_attention], ids=["tpu_flash", "tpu_splash"])
-def test_jax_tpu_kernels_lower_for_tpu(kernel):
+def test_jax_tpu_kernels_lower_for_tpu(kernel, masks):
+    if kernel is tpu_flash_attention and "window" in masks:
+        masks = dict(segments=True)  # it has no window (see its limits)
     q, lengths = spec(seq=200, head_dim=64, dtype=jnp.bfloat16), jax.ShapeDtypeStruct((2,), jnp.int32)
-    fn = jax.jit(lambda q, k, v, l: kernel(q, k, v, l, None, scale=0.125, window=None))
-    assert "tpu_custom_call" in fn.trace(q, q, q, lengths).lower(lowering_platforms=("tpu",)).as_text()
+    segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
+    window = masks.get("window")
+    fn = jax.jit(lambda q, k, v, l, s: kernel(q, k, v, l, s, scale=0.125, window=window))
+    assert "tpu_custom_call" in fn.trace(q, q, q, lengths, segments).lower(lowering_platforms=("tpu",)).as_text()
 
 
 SHARD_MAP_SCRIPT = textwrap.dedent(
