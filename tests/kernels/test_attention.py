@@ -234,3 +234,15 @@ def test_many_small_blocks_with_segments_and_window(seeded_rng, kernel, window):
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
     out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window))(q, k, v, lengths, segments)
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"window {window}", segment_ids=segments, window=window)
+
+
+@pytest.mark.parametrize("impl, emulated", _cases())
+@pytest.mark.parametrize("window", [None, 4], ids=["full", "window4"])
+def test_scattered_segments_with_kv_lengths(seeded_rng, impl, emulated, window):
+    """Ids scattered over the row, with padded keys: queries past kv_length see
+    only earlier keys of their id (within the window), or nothing and give zeros."""
+    q, k, v, lengths = make_inputs(seeded_rng, 5, 136, 136, 2, 32, jnp.float32, lengths=(129,))
+    segments = jnp.asarray(seeded_rng.integers(1, 4, (5, 136)), jnp.int32)
+    out = run_or_skip(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window)
+    what = f"{impl} scattered window {window}"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window)
