@@ -25,10 +25,11 @@ def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
     return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
 
 
-def trace(impl="auto", **shape):
+def trace(impl="auto", segments=False, window=None, **shape):
     """Traces attention without running it: enough to make every dispatch decision."""
     q = spec(**shape)
-    return jax.eval_shape(lambda q, k, v: attention(q, k, v, impl=impl), q, q, q)
+    ids = jax.ShapeDtypeStruct(q.shape[:2], jnp.int32) if segments else None
+    return jax.eval_shape(lambda q, k, v, s: attention(q, k, v, segment_ids=s, window=window, impl=impl), q, q, q, ids)
 
 
 @pytest.fixture
@@ -110,6 +111,29 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
     trace(seq=1024, dtype=jnp.float32)
     trace(seq=64, dtype=jnp.float32)
     assert chosen == ["cudnn", "pallas", "reference"]
+
+
+@cpu_only
+def test_auto_with_segments_and_window(fresh_log):
+    """blockwise and pallas skip blocks; tpu_splash has both; tpu_flash no window."""
+    trace(seq=1024, segments=True, window=64)
+    choice = fresh_log.records[-1].getMessage()
+    assert choice.endswith("kv_seq 1024, head_dim 32, segment ids, window 64: using 'blockwise'"), choice
+    with tpu_interpret_mode():
+        trace(seq=1024, segments=True, window=64)
+        assert fresh_log.records[-1].getMessage().endswith("using 'tpu_splash'")
+        with pytest.raises(ValueError, match="'tpu_flash' cannot run here: JAX's TPU flash_attention has no sliding "
+                                             "window.*Can run here: reference, blockwise, pallas, tpu_splash"):
+            trace("tpu_flash", window=64)
+    assert all(r.levelno == logging.INFO for r in fresh_log.records)
+
+
+def test_auto_skips_cudnn_for_segments_and_window(fresh_log, pretend_gpu):
+    for masks, reason in [(dict(segments=True), "has no segment ids"), (dict(window=64), "window is causal")]:
+        trace(seq=1024, dtype=jnp.bfloat16, **masks)
+        warning = next(r.getMessage() for r in fresh_log.records if r.levelno == logging.WARNING)
+        assert "'cudnn' cannot run" in warning and reason in warning and "falling back to 'pallas'" in warning
+        fresh_log.clear()
 
 
 @pytest.mark.parametrize(
