@@ -107,14 +107,16 @@ def canonical_segment_ids(
     ids are >= 0 and -1 marks padded keys (>= kv_length) for no query to match.
     q_seq and kv_seq may exceed the inputs' (padding to whole blocks).
     """
-    batch = kv_lengths.shape[0]
-    ids = jnp.zeros((batch, kv_seq), jnp.int32)
-    if segment_ids is not None:
-        ids = pad_seq(segment_spans(segment_ids)[0], kv_seq).astype(jnp.int32)
-        ids = ids[:, :kv_seq] if ids.shape[1] > kv_seq else ids
-    q_ids = pad_seq(ids, q_seq)[:, :q_seq]
-    kv_ids = jnp.where(jnp.arange(kv_seq) < kv_lengths[:, None], ids, -1)
-    return q_ids, kv_ids
+    if segment_ids is None:
+        first = jnp.zeros((kv_lengths.shape[0], 1), jnp.int32)
+    else:
+        first = segment_spans(segment_ids)[0].astype(jnp.int32)
+
+    def to_length(x, length):
+        return jnp.pad(x, ((0, 0), (0, length - x.shape[1])))
+
+    kv_ids = jnp.where(jnp.arange(kv_seq) < kv_lengths[:, None], to_length(first, kv_seq), -1)
+    return to_length(first, q_seq), kv_ids
 
 
 def sees_a_key(kv_lengths: jax.Array, segment_ids: jax.Array | None, window: int | None, q_seq: int) -> jax.Array:

@@ -212,6 +212,16 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
         assert out.sharding.spec == heads, out.sharding
         np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
         print("ok", impl)
+    # Packed rows with a window: segment ids replicated, heads split.
+    segments = jnp.asarray(np.repeat([[1, 2, 2, 0], [1, 1, 1, 1]], 18, axis=1), jnp.int32)
+    expected = attention(q, k, v, kv_lengths=lengths, segment_ids=segments, window=9, impl="reference")
+    for impl, check_vma, emulate in [("blockwise", True, False), ("pallas", True, True), ("tpu_splash", False, True)]:
+        with tpu_interpret_mode() if emulate else contextlib.nullcontext():
+            body = lambda q, k, v, l, s: attention(q, k, v, kv_lengths=l, segment_ids=s, window=9, impl=impl)
+            out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P(), P()),
+                                        out_specs=heads, check_vma=check_vma))(q, k, v, lengths, segments)
+        np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
+        print("ok", impl)
     for impl, emulate in [("pallas", False), ("tpu_splash", True)]:
         with tpu_interpret_mode() if emulate else contextlib.nullcontext():
             try:
@@ -233,4 +243,5 @@ def test_inside_shard_map_with_heads_split():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.split() == ["ok", "auto", "ok", "reference", "ok", "blockwise", "ok", "pallas",
-                                     "ok", "pallas", "ok", "tpu_splash", "refused", "pallas", "refused", "tpu_splash"]
+                                     "ok", "pallas", "ok", "tpu_splash", "ok", "blockwise", "ok", "pallas",
+                                     "ok", "tpu_splash", "refused", "pallas", "refused", "tpu_splash"]
