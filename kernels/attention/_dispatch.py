@@ -218,7 +218,9 @@ def attention(
     batch, kv_seq, _, head_dim = k.shape
     kv_lengths = jnp.full((batch,), kv_seq, jnp.int32) if kv_lengths is None else kv_lengths.astype(jnp.int32)
     segment_ids = None if segment_ids is None else segment_ids.astype(jnp.int32)
-    window = None if window is None else int(window)
+    # A window as wide as the row masks nothing: no window, so that kernels without
+    # one (tpu_flash, cudnn) can run it.
+    window = None if window is None or window >= max(q.shape[1], kv_seq) else int(window)
     scale = float(head_dim**-0.5 if scale is None else scale)
     varying = bool(jax.typeof(q).manual_axis_type.varying)
     problem = Problem(_platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window,

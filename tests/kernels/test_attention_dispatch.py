@@ -124,7 +124,7 @@ def test_auto_with_segments_and_window(fresh_log):
         assert fresh_log.records[-1].getMessage().endswith("using 'tpu_splash'")
         with pytest.raises(ValueError, match="'tpu_flash' cannot run here: JAX's TPU flash_attention has no sliding "
                                              "window.*Can run here: reference, blockwise, pallas, tpu_splash"):
-            trace("tpu_flash", window=64)
+            trace("tpu_flash", seq=1024, window=64)
     assert all(r.levelno == logging.INFO for r in fresh_log.records)
 
 
