@@ -20,7 +20,6 @@ import functools
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from machine import cpu_description  # noqa: E402  (bench/machine.py)
 from pipeline import Embedder  # noqa: E402
 from pipeline.extract import DocumentError, extract_pages  # noqa: E402
 from pipeline.model import default_model_dir  # noqa: E402
@@ -86,15 +86,6 @@ def flops_per_token(embedder: Embedder, seq: int) -> float:
     dense = b.num_layers * (4 * b.hidden_size**2 + 2 * b.hidden_size * b.intermediate_size)
     attn = b.num_layers * 2 * seq * b.hidden_size
     return 2 * (dense + attn)
-
-
-def cpu_description() -> str:
-    """lscpu's model name and the ISA flags that decide which matmul kernels can run."""
-    info = dict(line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-                .splitlines() if ":" in line)
-    flags = set(info.get("Flags", "").split())
-    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16") if f in flags]
-    return f"{info.get('Model name', platform.processor()).strip()}, {info.get('CPU(s)', '?').strip()} cpus, {' '.join(isa)}"
 
 
 def timed(fn) -> float:
