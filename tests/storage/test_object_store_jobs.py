@@ -90,13 +90,13 @@ def test_model_directory_from_s3_is_fetched_once_and_reused(stores, servers, tmp
     cache = tmp_path / "cache"
     os.environ["DOCEMBED_MODEL_CACHE"] = str(cache)  # this process only; the module's Ray has its own
     try:
-        servers.s3_proxy.counts.clear()
+        servers.proxies["s3"].reset()
         first = Embedder.load("s3://models/minilm")
-        fetched = servers.s3_proxy.counts["requests"]
+        fetched = servers.proxies["s3"].counts["requests"]
         (copy,) = [p for p in cache.iterdir() if p.is_dir()]
         stamps = {p: p.stat().st_mtime_ns for p in copy.rglob("*")}
         second = Embedder.load("s3://models/minilm")
-        assert servers.s3_proxy.counts["requests"] - fetched <= 2  # a listing to check the copy, no download
+        assert servers.proxies["s3"].counts["requests"] - fetched <= 2  # a listing to check the copy, no download
         assert {p: p.stat().st_mtime_ns for p in copy.rglob("*")} == stamps
     finally:
         del os.environ["DOCEMBED_MODEL_CACHE"]
@@ -109,7 +109,7 @@ def test_model_directory_from_s3_is_fetched_once_and_reused(stores, servers, tmp
 def test_job_with_model_from_s3_and_transient_faults(stores, servers):
     """10% of S3 requests fail with 503 SlowDown and 10% are slowed; the output is the same."""
     base, output = "s3://jobs-in/corpus", "s3://jobs-out/faults"
-    proxy = servers.s3_proxy
+    proxy = servers.proxies["s3"]
     proxy.reset()
     proxy.fail_rate, proxy.slow_rate, proxy.slow_seconds = 0.1, 0.1, 0.2
     try:
@@ -124,7 +124,7 @@ def test_job_with_model_from_s3_and_transient_faults(stores, servers):
 def test_storage_down_fails_loudly_then_resume_completes(stores, servers):
     """S3 goes down once the first part is committed: the job fails in one line, marks nothing; a rerun finishes."""
     base, output = "s3://jobs-in/corpus", "s3://jobs-out/down"
-    proxy = servers.s3_proxy
+    proxy = servers.proxies["s3"]
     proxy.reset()
     stop = threading.Event()
 
