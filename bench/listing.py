@@ -49,15 +49,17 @@ def rss_mib():
 baseline = rss_mib()
 t0 = time.perf_counter()
 inputs, skipped = list_inputs([sys.argv[1]])
-t1 = time.perf_counter()
+t1, rss1 = time.perf_counter(), rss_mib()
 groups = plan_groups(inputs, JobConfig(inputs=(sys.argv[1],), output="unused").group_size, salt="bench")
-t2 = time.perf_counter()
+t2, rss2 = time.perf_counter(), rss_mib()
 blocks = work_blocks(groups, EXTRACT_BATCH)
-t3 = time.perf_counter()
+t3, rss3 = time.perf_counter(), rss_mib()
 print("BENCH", json.dumps({{
     "files": len(inputs), "groups": len(groups), "blocks": len(blocks),
     "list_s": t1 - t0, "plan_s": t2 - t1, "blocks_s": t3 - t2, "total_s": t3 - t0,
     "baseline_rss_mib": baseline, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    # what each step left resident: the listing's includes what it freed again
+    "listed_rss_mib": rss1 - baseline, "grouped_rss_mib": rss2 - rss1, "blocks_rss_mib": rss3 - rss2,
 }}), flush=True)
 """
 
@@ -98,7 +100,8 @@ def measure(location: str, env: dict) -> dict:
 
 
 def summary(runs: list[dict]) -> dict:
-    keys = ("list_s", "plan_s", "blocks_s", "total_s", "baseline_rss_mib", "peak_rss_mib")
+    keys = ("list_s", "plan_s", "blocks_s", "total_s", "baseline_rss_mib", "peak_rss_mib", "listed_rss_mib",
+            "grouped_rss_mib", "blocks_rss_mib")
     out = {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
     out["total_s_spread"] = [round(min(r["total_s"] for r in runs), 2), round(max(r["total_s"] for r in runs), 2)]
     out["files"], out["groups"], out["blocks"] = runs[0]["files"], runs[0]["groups"], runs[0]["blocks"]
