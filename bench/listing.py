@@ -3,7 +3,7 @@
     .venv/bin/python bench/listing.py [--sizes 50000,200000] [--repeats 2]
 
 What the driver does before any worker starts: list the inputs (`list_inputs`),
-cut them into commit groups (`plan_groups`) and build the extraction stage's
+cut them into commit groups (`form_groups`) and build the extraction stage's
 input blocks (`work_blocks`), with the job's own functions and settings. Each
 measurement is a fresh Python process (so its peak RSS, ru_maxrss, is this work's
 alone), which imports the job first and reports its RSS then as the baseline.
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "storage")]
 
-from storage.storage_servers import REGION, s3_client, start_moto  # noqa: E402
+from storage_servers import REGION, s3_client, start_moto  # noqa: E402
 
 PER_DIR = 1000
 
@@ -39,8 +39,9 @@ MEASURE = """
 import json, resource, sys, time
 sys.path.insert(0, {repo!r})
 from pipeline.config import JobConfig
-from pipeline.job import EXTRACT_BATCH
-from pipeline.sources import list_inputs, plan_groups, work_blocks
+from pipeline.io.listing import list_inputs
+from pipeline.output.groups import form_groups, work_blocks
+from pipeline.stages import EXTRACT_BATCH
 
 def rss_mib():
     status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
@@ -50,7 +51,7 @@ baseline = rss_mib()
 t0 = time.perf_counter()
 inputs, skipped = list_inputs([sys.argv[1]])
 t1, rss1 = time.perf_counter(), rss_mib()
-groups = plan_groups(inputs, JobConfig(inputs=(sys.argv[1],), output="unused").group_size, salt="bench")
+groups = form_groups(inputs, JobConfig(inputs=(sys.argv[1],), output="unused").group_size, salt="bench")
 t2, rss2 = time.perf_counter(), rss_mib()
 blocks = work_blocks(groups, EXTRACT_BATCH)
 t3, rss3 = time.perf_counter(), rss_mib()
