@@ -82,6 +82,7 @@ def write_local(root: Path, n: int) -> None:
 
 def write_s3(client, bucket: str, prefix: str, n: int) -> None:
     """Direct to moto with boto3 (not through pyarrow): the upload is setup, not measured."""
+
     def put(name: str) -> None:
         client.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=note(int(name[-11:-4])))
 
@@ -94,15 +95,24 @@ def measure(location: str, env: dict) -> dict:
         [sys.executable, "-c", MEASURE.format(repo=str(REPO)), location],
         capture_output=True, text=True, cwd=REPO, env=env,
     )  # fmt: skip
-    line = next((l for l in result.stdout.splitlines() if l.startswith("BENCH ")), None)
+    line = next((out for out in result.stdout.splitlines() if out.startswith("BENCH ")), None)
     if line is None:
         raise RuntimeError(f"measuring {location} failed: {result.stderr[-3000:]}")
-    return json.loads(line[len("BENCH "):])
+    return json.loads(line[len("BENCH ") :])
 
 
 def summary(runs: list[dict]) -> dict:
-    keys = ("list_s", "plan_s", "blocks_s", "total_s", "baseline_rss_mib", "peak_rss_mib", "listed_rss_mib",
-            "grouped_rss_mib", "blocks_rss_mib")
+    keys = (
+        "list_s",
+        "plan_s",
+        "blocks_s",
+        "total_s",
+        "baseline_rss_mib",
+        "peak_rss_mib",
+        "listed_rss_mib",
+        "grouped_rss_mib",
+        "blocks_rss_mib",
+    )
     out = {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
     out["total_s_spread"] = [round(min(r["total_s"] for r in runs), 2), round(max(r["total_s"] for r in runs), 2)]
     out["files"], out["groups"], out["blocks"] = runs[0]["files"], runs[0]["groups"], runs[0]["blocks"]
