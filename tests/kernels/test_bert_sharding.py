@@ -9,6 +9,7 @@ here judge.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -48,11 +49,11 @@ def measure_on_8_devices() -> dict:
     import jax
     import jax.numpy as jnp
 
-    from kernels import bert
+    from kernels import encoders
     from pipeline import Embedder
     from pipeline import model as model_dir
     from pipeline.batching import BatchingConfig, plan_batches
-    from pipeline.encoder import Encoder
+    from pipeline.encoder import Encoder, _embed
     from pipeline.tokenizer import Tokenizer
 
     assert len(jax.devices()) == DEVICES, jax.devices()
@@ -61,9 +62,10 @@ def measure_on_8_devices() -> dict:
 
     # The unsharded forward pass: plain jit on whole arrays, one device, the same batches.
     ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(texts, spec.max_seq_length)
-    params = bert.cast_params(model_dir.load_params(spec), jnp.float32)
-    unsharded = jax.jit(lambda p, i, n: bert.pool(bert.forward(p, i, n, spec.bert), n, mode=spec.pooling,
-                                                   normalize=spec.normalize))
+    params = encoders.cast_params(model_dir.load_params(spec), jnp.float32)
+    # The encoder's own per-device function, called on whole arrays (rules None: no mesh).
+    unsharded = jax.jit(functools.partial(_embed, cfg=spec.arch, pooling=spec.pooling, normalize=spec.normalize,
+                                          attention_impl="auto", rules=None))
     expected = np.empty((len(texts), spec.dim), np.float32)
     for batch in plan_batches(ids, BatchingConfig(spec.max_seq_length, BATCH_SIZE)):
         expected[batch.rows] = np.asarray(unsharded(params, batch.ids_BT, batch.lengths_B))[: len(batch.rows)]
