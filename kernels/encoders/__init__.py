@@ -5,6 +5,7 @@
     hidden_BTD = forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=..., rules=...)
     pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # mean / cls / lasttoken per segment
     param_axes(params), cast_params(params, dtype), normalize(x), check_window(cfg, n_tokens)
+    init_params(cfg)                           # random weights in the same layout, for benchmarks
 
 Each family module reads its config.json layouts and tensor names into the
 layout of `_blocks`, whose one `forward` runs them all. The family comes from
@@ -30,6 +31,7 @@ from kernels.encoders._blocks import (
     cast_params,
     check_window,
     forward,
+    init_params,
     logical,
     param_axes,
 )
@@ -73,5 +75,5 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
 __all__ = [
     "ARCHITECTURES", "FAMILIES", "MODEL_TYPES", "POOLING_MODES", "CheckpointMismatch", "LayerKind", "ModelConfig",
     "Params", "Rope", "UnsupportedModel", "WindowTooLong", "cast_params", "check_window", "config_from_hf",
-    "forward", "logical", "normalize", "param_axes", "params_from_hf", "pool",
+    "forward", "init_params", "logical", "normalize", "param_axes", "params_from_hf", "pool",
 ]

@@ -344,3 +344,36 @@ def forward(
     if "final" in params:
         x_BTD = layer_norm(x_BTD, params["final"]["ln_scale_D"], params["final"].get("ln_bias_D"), eps)
     return x_BTD
+
+
+def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
+    """Random parameters in the shared layout, shaped by the config alone (benchmarks need no checkpoint):
+    normal(0, scale) weights, norms 1 and 0, biases 0. The same tree `params_from_hf` makes for `cfg`."""
+    rng = np.random.default_rng(seed)
+    D, N, H, F, L = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size, cfg.num_layers
+
+    def normal(*shape):
+        return rng.standard_normal(shape, np.float32) * np.float32(scale)
+
+    def norm(key: str, letters: str, *lead: int) -> Params:
+        out = {f"{key}_scale_{letters}": np.ones((*lead, D), np.float32)}
+        return out | ({f"{key}_bias_{letters}": np.zeros((*lead, D), np.float32)} if "norm" in cfg.biases else {})
+
+    def bias(group: str, name: str, *shape: int) -> Params:
+        return {name: np.zeros(shape, np.float32)} if group in cfg.biases else {}
+
+    embed = {"word_VD": normal(cfg.vocab_size, D)}
+    if cfg.layer_kinds[0].rope is None:
+        embed["position_PD"] = normal(cfg.max_tokens + cfg.position_offset, D)
+    if cfg.type_vocab_size:
+        embed["token_type_D"] = normal(D)
+    layers = {f"{x}_LDNH": normal(L, D, N, H) for x in "qkv"}
+    for x in "qkv":
+        layers |= bias("qkv", f"{x}_bias_LNH", L, N, H)
+    layers |= {"out_LNHD": normal(L, N, H, D), **bias("out", "out_bias_LD", L, D), **norm("ln1", "LD", L),
+               "up_LDF": normal(L, D, F), **bias("mlp_in", "up_bias_LF", L, F)}
+    if cfg.gated_mlp:
+        layers |= {"gate_LDF": normal(L, D, F), **bias("mlp_in", "gate_bias_LF", L, F)}
+    layers |= {"down_LFD": normal(L, F, D), **bias("mlp_out", "down_bias_LD", L, D), **norm("ln2", "LD", L)}
+    params = {"embed": embed | norm("ln", "D"), "layers": layers}
+    return params | ({"final": norm("ln", "D")} if cfg.norm == "pre" else {})

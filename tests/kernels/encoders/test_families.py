@@ -14,6 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
@@ -173,6 +174,13 @@ def test_ntk_scaling_shows_in_the_fixture():
     assert rope.ntk_factor == 2.0
     plain = (dataclasses.replace(m.spec.arch.layer_kinds[0], rope=encoders.Rope(rope.theta)),) * m.spec.arch.num_layers
     assert _long_text_cosine(m, dataclasses.replace(m.spec.arch, layer_kinds=plain)) < 0.9999
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_params_have_the_checkpoints_layout(name):
+    m = load(name)
+    shapes = lambda tree: jax.tree_util.tree_map_with_path(lambda path, x: (jax.tree_util.keystr(path), x.shape), tree)  # noqa: E731
+    assert shapes(encoders.init_params(m.spec.arch)) == shapes(m.params)
 
 
 def test_both_modernbert_config_layouts_describe_their_layers():
