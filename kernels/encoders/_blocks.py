@@ -162,13 +162,16 @@ class ModelConfig:
         return tuple(dict.fromkeys(self.layer_kinds))
 
 
-def heads_of(config: dict, hidden_size: int, num_heads: int, family: str) -> int:
-    """head_dim from config.json: given explicitly, or hidden_size / heads, which must divide."""
-    if config.get("head_dim"):
-        return int(config["head_dim"])
-    if hidden_size % num_heads:
-        raise UnsupportedModel(f"{family}: hidden_size {hidden_size} is not divisible by {num_heads} heads")
-    return hidden_size // num_heads
+def bert_dims(config: dict, family: str) -> dict[str, int]:
+    """The sizes under the names BERT's config.json gives them (most families keep them), as ModelConfig fields.
+    head_dim: given explicitly, or hidden_size / heads, which must divide."""
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    if not config.get("head_dim") and hidden % heads:
+        raise UnsupportedModel(f"{family}: hidden_size {hidden} is not divisible by {heads} heads")
+    return {"vocab_size": int(config["vocab_size"]), "hidden_size": hidden,
+            "num_layers": int(config["num_hidden_layers"]), "num_heads": heads,
+            "head_dim": int(config.get("head_dim") or hidden // heads),
+            "intermediate_size": int(config["intermediate_size"])}
 
 
 def check_window(cfg: ModelConfig, n_tokens: int) -> None:

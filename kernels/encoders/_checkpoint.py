@@ -127,6 +127,21 @@ class Checkpoint:
             out[f"{key}_bias_{letters}"] = self.get(name + ".bias", (D,))
         return out
 
+    def jina_layer(self, i: int) -> dict[str, np.ndarray]:
+        """Layer i as transformers lays out its RoPE BERTs (NomicBertModel, GteModel; both built on
+        JinaEmbeddingsV3Layer): `layers.N.self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`,
+        `mlp.{up,gate,down}_proj`, `post_mlp_layernorm`."""
+        p = f"layers.{i}."
+        return {
+            **self.attention_in(p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"),
+            **self.attention_out(p + "self_attn.o_proj"),
+            **self.norm(p + "post_attention_layernorm", "ln1", "LD"),
+            **self.mlp_in(p + "mlp.up_proj", "up"),
+            **self.mlp_in(p + "mlp.gate_proj", "gate"),
+            **self.mlp_out(p + "mlp.down_proj"),
+            **self.norm(p + "post_mlp_layernorm", "ln2", "LD"),
+        }
+
 
 def stack_layers(layers: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """One dict per layer, named as stacked (`q_LDNH` holding one layer's DNH) -> the stacked arrays."""

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kernels.encoders._blocks import LayerKind, ModelConfig, Params, UnsupportedModel, heads_of
+from kernels.encoders._blocks import LayerKind, ModelConfig, Params, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint, stack_layers
 
 FAMILY = "bert"
@@ -22,21 +22,16 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     if position_type != "absolute":
         raise UnsupportedModel(f"{FAMILY}: unsupported position_embedding_type {position_type!r}; "
                                f"only 'absolute' is implemented")
-    hidden, heads, layers = int(config["hidden_size"]), int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+    dims = bert_dims(config, FAMILY)
     return ModelConfig(
         family=FAMILY,
-        vocab_size=int(config["vocab_size"]),
-        hidden_size=hidden,
-        num_layers=layers,
-        num_heads=heads,
-        head_dim=heads_of(config, hidden, heads, FAMILY),
-        intermediate_size=int(config["intermediate_size"]),
+        **dims,
         max_tokens=int(config["max_position_embeddings"]),
         norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         activation=str(config.get("hidden_act", "gelu")),
         gated_mlp=False,
         norm="post",
-        layer_kinds=(LayerKind(),) * layers,
+        layer_kinds=(LayerKind(),) * dims["num_layers"],
         type_vocab_size=int(config.get("type_vocab_size", 2)),
     )
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, heads_of
+from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint, stack_layers
 
 FAMILY = "gte"
@@ -44,21 +44,16 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     for key, value in _HUB_FIXED.items():
         if config.get(key, value) != value:
             raise UnsupportedModel(f"{FAMILY}: {key}={config[key]!r} is not implemented (only {value!r})")
-    hidden, heads, n_layers = int(config["hidden_size"]), int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+    dims = bert_dims(config, FAMILY)
     return ModelConfig(
         family=FAMILY,
-        vocab_size=int(config["vocab_size"]),
-        hidden_size=hidden,
-        num_layers=n_layers,
-        num_heads=heads,
-        head_dim=heads_of(config, hidden, heads, FAMILY),
-        intermediate_size=int(config["intermediate_size"]),
+        **dims,
         max_tokens=int(config.get("max_position_embeddings", 8192)),
         norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         activation=str(config.get("hidden_act", "gelu")),
         gated_mlp=True,
         norm="post",
-        layer_kinds=(LayerKind(rope=_rope(config)),) * n_layers,
+        layer_kinds=(LayerKind(rope=_rope(config)),) * dims["num_layers"],
         type_vocab_size=int(config.get("type_vocab_size", 0)),
         biases=frozenset({"qkv", "out", "mlp_out", "norm"}),
     )
@@ -82,16 +77,7 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
                 **ck.mlp_out(p + "mlp.down_proj"),
                 **ck.norm(p + "mlp_ln", "ln2", "LD"),
             }
-        p = f"layers.{i}."
-        return {
-            **ck.attention_in(p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"),
-            **ck.attention_out(p + "self_attn.o_proj"),
-            **ck.norm(p + "post_attention_layernorm", "ln1", "LD"),
-            **ck.mlp_in(p + "mlp.up_proj", "up"),
-            **ck.mlp_in(p + "mlp.gate_proj", "gate"),
-            **ck.mlp_out(p + "mlp.down_proj"),
-            **ck.norm(p + "post_mlp_layernorm", "ln2", "LD"),
-        }
+        return ck.jina_layer(i)
 
     return {
         "embed": ck.embeddings("embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.LayerNorm"),

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kernels.encoders._blocks import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, heads_of
+from kernels.encoders._blocks import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint, stack_layers
 
 FAMILY = "modernbert"
@@ -57,7 +57,7 @@ def _rope_thetas(config: Mapping[str, Any]) -> dict[str, float]:
 
 
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
-    hidden, heads, n_layers = int(config["hidden_size"]), int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+    dims = bert_dims(config, FAMILY)
     thetas = _rope_thetas(config)
     window = int(config.get("local_attention", 128)) // 2
     kinds = {GLOBAL: LayerKind(None, Rope(thetas[GLOBAL])), LOCAL: LayerKind(window, Rope(thetas[LOCAL]))}
@@ -65,18 +65,13 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
              "norm": "norm_bias"}
     return ModelConfig(
         family=FAMILY,
-        vocab_size=int(config["vocab_size"]),
-        hidden_size=hidden,
-        num_layers=n_layers,
-        num_heads=heads,
-        head_dim=heads_of(config, hidden, heads, FAMILY),
-        intermediate_size=int(config["intermediate_size"]),
+        **dims,
         max_tokens=int(config.get("max_position_embeddings", 8192)),
         norm_eps=float(config.get("norm_eps", 1e-5)),
         activation=str(config.get("hidden_activation", "gelu")),
         gated_mlp=True,
         norm="pre",
-        layer_kinds=tuple(kinds[t] for t in _layer_types(config, n_layers)),
+        layer_kinds=tuple(kinds[t] for t in _layer_types(config, dims["num_layers"])),
         biases=frozenset(group for group in ALL_BIASES if config.get(flags[group], False)),
     )
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, heads_of
+from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint, stack_layers
 
 FAMILY = "nomic_bert"
@@ -45,28 +45,24 @@ def _contrastors_config(config: Mapping[str, Any]) -> ModelConfig:
     if activation not in _CONTRASTORS_ACTIVATIONS:
         raise UnsupportedModel(f"{FAMILY}: activation_function {activation!r} is not implemented; "
                                f"known: {', '.join(_CONTRASTORS_ACTIVATIONS)}")
-    hidden, heads, n_layers = int(config["n_embd"]), int(config["n_head"]), int(config["n_layer"])
     # contrastors pads the vocabulary up to a multiple (64 for nomic-embed-text) and so does its table.
     multiple = int(config.get("pad_vocab_size_multiple", 1))
-    vocab = -(-int(config["vocab_size"]) // multiple) * multiple
-    qkv_bias, fc1_bias, fc2_bias = (config.get(k, True) for k in ("qkv_proj_bias", "mlp_fc1_bias", "mlp_fc2_bias"))
-    biases = {"norm"} | ({"qkv", "out"} if qkv_bias else set()) | ({"mlp_in"} if fc1_bias else set())
+    dims = bert_dims({"vocab_size": -(-int(config["vocab_size"]) // multiple) * multiple,
+                      "hidden_size": config["n_embd"], "num_attention_heads": config["n_head"],
+                      "num_hidden_layers": config["n_layer"],
+                      "intermediate_size": config.get("n_inner") or 4 * int(config["n_embd"])}, FAMILY)
+    flags = {"qkv": "qkv_proj_bias", "out": "qkv_proj_bias", "mlp_in": "mlp_fc1_bias", "mlp_out": "mlp_fc2_bias"}
     return ModelConfig(
         family=FAMILY,
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_layers=n_layers,
-        num_heads=heads,
-        head_dim=hidden // heads,
-        intermediate_size=int(config.get("n_inner") or 4 * hidden),
+        **dims,
         max_tokens=int(config.get("n_positions", 2048)),
         norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
         activation=_CONTRASTORS_ACTIVATIONS[activation],
         gated_mlp=True,
         norm="post",
-        layer_kinds=(LayerKind(rope=Rope(float(config.get("rotary_emb_base", 10_000)))),) * n_layers,
+        layer_kinds=(LayerKind(rope=Rope(float(config.get("rotary_emb_base", 10_000)))),) * dims["num_layers"],
         type_vocab_size=int(config.get("type_vocab_size", 2)),
-        biases=frozenset(biases | ({"mlp_out"} if fc2_bias else set())),
+        biases=frozenset({"norm"} | {group for group, flag in flags.items() if config.get(flag, True)}),
     )
 
 
@@ -76,21 +72,16 @@ def _transformers_config(config: Mapping[str, Any]) -> ModelConfig:
     if rope_type != "default":
         raise UnsupportedModel(f"{FAMILY}: rope_type {rope_type!r} is not implemented")
     theta = float(rope.get("rope_theta", config.get("rope_theta", 1000.0)))
-    hidden, heads, n_layers = int(config["hidden_size"]), int(config["num_attention_heads"]), int(config["num_hidden_layers"])
+    dims = bert_dims(config, FAMILY)
     return ModelConfig(
         family=FAMILY,
-        vocab_size=int(config["vocab_size"]),
-        hidden_size=hidden,
-        num_layers=n_layers,
-        num_heads=heads,
-        head_dim=heads_of(config, hidden, heads, FAMILY),
-        intermediate_size=int(config["intermediate_size"]),
+        **dims,
         max_tokens=int(config.get("max_position_embeddings", 2048)),
         norm_eps=float(config.get("layer_norm_eps", 1e-12)),
         activation=str(config.get("hidden_act", "silu")),
         gated_mlp=True,
         norm="post",
-        layer_kinds=(LayerKind(rope=Rope(theta)),) * n_layers,
+        layer_kinds=(LayerKind(rope=Rope(theta)),) * dims["num_layers"],
         type_vocab_size=int(config.get("type_vocab_size", 2)),
         biases=frozenset({"norm"}),
     )
@@ -116,16 +107,7 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
                 **ck.mlp_out(p + "mlp.fc2"),
                 **ck.norm(p + "norm2", "ln2", "LD"),
             }
-        p = f"layers.{i}."
-        return {
-            **ck.attention_in(p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"),
-            **ck.attention_out(p + "self_attn.o_proj"),
-            **ck.norm(p + "post_attention_layernorm", "ln1", "LD"),
-            **ck.mlp_in(p + "mlp.up_proj", "up"),
-            **ck.mlp_in(p + "mlp.gate_proj", "gate"),
-            **ck.mlp_out(p + "mlp.down_proj"),
-            **ck.norm(p + "post_mlp_layernorm", "ln2", "LD"),
-        }
+        return ck.jina_layer(i)
 
     embed_norm = "emb_ln" if contrastors else "embeddings.LayerNorm"
     return {

@@ -10,8 +10,6 @@ each mesh, and the bare forward pass on packed rows under `sharding.shard_map`.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -77,12 +75,9 @@ def measure_on_8_devices() -> dict:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("family-sharding") / "measured.json"
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}", "JAX_PLATFORMS": "cpu"}
-    child = subprocess.run([sys.executable, __file__, str(out)], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=900)
-    assert child.returncode == 0, child.stderr[-4000:]
-    return json.loads(out.read_text())
+    from support import run_on_cpu_devices
+
+    return run_on_cpu_devices(Path(__file__), tmp_path_factory.mktemp("family-sharding") / "measured.json", DEVICES, 900)
 
 
 @pytest.mark.parametrize("name", NAMES)
