@@ -50,12 +50,6 @@ def _no_limits(problem: Problem) -> str | None:
     return None
 
 
-def _masks_pending(problem: Problem) -> str | None:
-    if problem.segments or problem.window is not None:
-        return "segment ids and windows are not implemented in it yet"
-    return None
-
-
 def _pallas_limits(problem: Problem) -> str | None:
     if problem.platform == "gpu" and problem.head_dim & (problem.head_dim - 1):
         return f"Triton needs a power-of-two head_dim, got {problem.head_dim}"
@@ -66,17 +60,24 @@ def _pallas_limits(problem: Problem) -> str | None:
 
 
 def _tpu_kernel_limits(problem: Problem) -> str | None:
-    if (pending := _masks_pending(problem)) is not None:
-        return pending
     if problem.varying:
         return ("JAX's TPU kernels do not declare how their output varies across the mesh; "
                 "call them under jax.shard_map(check_vma=False)")
     return None
 
 
+def _tpu_flash_limits(problem: Problem) -> str | None:
+    if problem.window is not None:
+        return "JAX's TPU flash_attention has no sliding window (causal only); tpu_splash has one"
+    return _tpu_kernel_limits(problem)
+
+
 def _cudnn_limits(problem: Problem) -> str | None:
-    if (pending := _masks_pending(problem)) is not None:
-        return pending
+    if problem.segments:
+        return ("jax.nn.dot_product_attention has no segment ids (JAX's cuDNN packed layout, "
+                "q/kv offsets, is private API)")
+    if problem.window is not None:
+        return "cuDNN's sliding window is causal (left only); the window here is two-sided"
     if problem.dtype not in HALF_DTYPES:
         return f"cuDNN flash attention takes bfloat16 or float16, got {problem.dtype.name}"
     if problem.head_dim > 128 or problem.head_dim % 8:
@@ -102,7 +103,7 @@ _IMPLS: dict[str, _Impl] = {
     # On CPU in Pallas interpret mode: an emulator for tests, so `auto` never
     # picks it there.
     "pallas": _Impl(pallas_attention, frozenset({"cpu", "gpu", "tpu"}), _pallas_limits),
-    "tpu_flash": _Impl(tpu_flash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
+    "tpu_flash": _Impl(tpu_flash_attention, frozenset({"tpu"}), _tpu_flash_limits),
     "tpu_splash": _Impl(tpu_splash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
     "cudnn": _Impl(cudnn_attention, frozenset({"gpu"}), _cudnn_limits),
 }
@@ -217,7 +218,9 @@ def attention(
     batch, kv_seq, _, head_dim = k.shape
     kv_lengths = jnp.full((batch,), kv_seq, jnp.int32) if kv_lengths is None else kv_lengths.astype(jnp.int32)
     segment_ids = None if segment_ids is None else segment_ids.astype(jnp.int32)
-    window = None if window is None else int(window)
+    # A window as wide as the row masks nothing: no window, so that kernels without
+    # one (tpu_flash, cudnn) can run it.
+    window = None if window is None or window >= max(q.shape[1], kv_seq) else int(window)
     scale = float(head_dim**-0.5 if scale is None else scale)
     varying = bool(jax.typeof(q).manual_axis_type.varying)
     problem = Problem(_platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window,

@@ -25,10 +25,11 @@ def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
     return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
 
 
-def trace(impl="auto", **shape):
+def trace(impl="auto", segments=False, window=None, **shape):
     """Traces attention without running it: enough to make every dispatch decision."""
     q = spec(**shape)
-    return jax.eval_shape(lambda q, k, v: attention(q, k, v, impl=impl), q, q, q)
+    ids = jax.ShapeDtypeStruct(q.shape[:2], jnp.int32) if segments else None
+    return jax.eval_shape(lambda q, k, v, s: attention(q, k, v, segment_ids=s, window=window, impl=impl), q, q, q, ids)
 
 
 @pytest.fixture
@@ -112,6 +113,29 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
     assert chosen == ["cudnn", "pallas", "reference"]
 
 
+@cpu_only
+def test_auto_with_segments_and_window(fresh_log):
+    """blockwise and pallas skip blocks; tpu_splash has both; tpu_flash no window."""
+    trace(seq=1024, segments=True, window=64)
+    choice = fresh_log.records[-1].getMessage()
+    assert choice.endswith("kv_seq 1024, head_dim 32, segment ids, window 64: using 'blockwise'"), choice
+    with tpu_interpret_mode():
+        trace(seq=1024, segments=True, window=64)
+        assert fresh_log.records[-1].getMessage().endswith("using 'tpu_splash'")
+        with pytest.raises(ValueError, match="'tpu_flash' cannot run here: JAX's TPU flash_attention has no sliding "
+                                             "window.*Can run here: reference, blockwise, pallas, tpu_splash"):
+            trace("tpu_flash", seq=1024, window=64)
+    assert all(r.levelno == logging.INFO for r in fresh_log.records)
+
+
+def test_auto_skips_cudnn_for_segments_and_window(fresh_log, pretend_gpu):
+    for masks, reason in [(dict(segments=True), "has no segment ids"), (dict(window=64), "window is causal")]:
+        trace(seq=1024, dtype=jnp.bfloat16, **masks)
+        warning = next(r.getMessage() for r in fresh_log.records if r.levelno == logging.WARNING)
+        assert "'cudnn' cannot run" in warning and reason in warning and "falling back to 'pallas'" in warning
+        fresh_log.clear()
+
+
 @pytest.mark.parametrize(
     "bad, message",
     [
@@ -188,6 +212,16 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
         assert out.sharding.spec == heads, out.sharding
         np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
         print("ok", impl)
+    # Packed rows with a window: segment ids replicated, heads split.
+    segments = jnp.asarray(np.repeat([[1, 2, 2, 0], [1, 1, 1, 1]], 18, axis=1), jnp.int32)
+    expected = attention(q, k, v, kv_lengths=lengths, segment_ids=segments, window=9, impl="reference")
+    for impl, check_vma, emulate in [("blockwise", True, False), ("pallas", True, True), ("tpu_splash", False, True)]:
+        with tpu_interpret_mode() if emulate else contextlib.nullcontext():
+            body = lambda q, k, v, l, s: attention(q, k, v, kv_lengths=l, segment_ids=s, window=9, impl=impl)
+            out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P(), P()),
+                                        out_specs=heads, check_vma=check_vma))(q, k, v, lengths, segments)
+        np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
+        print("ok", impl)
     for impl, emulate in [("pallas", False), ("tpu_splash", True)]:
         with tpu_interpret_mode() if emulate else contextlib.nullcontext():
             try:
@@ -209,4 +243,5 @@ def test_inside_shard_map_with_heads_split():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.split() == ["ok", "auto", "ok", "reference", "ok", "blockwise", "ok", "pallas",
-                                     "ok", "pallas", "ok", "tpu_splash", "refused", "pallas", "refused", "tpu_splash"]
+                                     "ok", "pallas", "ok", "tpu_splash", "ok", "blockwise", "ok", "pallas",
+                                     "ok", "tpu_splash", "refused", "pallas", "refused", "tpu_splash"]
