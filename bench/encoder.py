@@ -82,7 +82,7 @@ def matmul_gflops(n: int = 1024, repeats: int = 20) -> float:
 
 def flops_per_token(embedder: Embedder, seq: int) -> float:
     """Forward FLOPs per token: dense layers (2 per weight) plus attention scores and mixing."""
-    b = embedder.encoder.spec.bert
+    b = embedder.encoder.spec.arch
     dense = b.num_layers * (4 * b.hidden_size**2 + 2 * b.hidden_size * b.intermediate_size)
     attn = b.num_layers * 2 * seq * b.hidden_size
     return 2 * (dense + attn)

@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
-from pipeline.batching import plan_batches  # noqa: E402
-from pipeline.encoder import Encoder, EncoderConfig  # noqa: E402
-from pipeline.model import resolve  # noqa: E402
+from pipeline.encode.batching import pack_batches  # noqa: E402
+from pipeline.encode.encoder import Encoder, EncoderConfig  # noqa: E402
+from pipeline.encode.model_dir import resolve  # noqa: E402
 
 CONTAINERS = {"while", "call", "conditional"}  # their thunks time the thunks inside them
 
@@ -149,7 +149,7 @@ def main() -> None:
         walls["encode_ids"].append(time.perf_counter() - t)
         cpu_times.append(time.process_time() - cpu)
         t = time.perf_counter()
-        batches = list(plan_batches(ids, enc.batching))
+        batches = list(pack_batches(ids, enc.batching))
         walls["host: plan_batches"].append(time.perf_counter() - t)
         t = time.perf_counter()
         jax.block_until_ready([jax.device_put((b.ids_BT, b.lengths_B), enc._batch_shardings) for b in batches])
