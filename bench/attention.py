@@ -3,6 +3,7 @@
     python bench/attention.py            # seq 128..8192, head_dim 32 and 64, heads 12
     python bench/attention.py --quick    # a small sweep
     python bench/attention.py --impls reference,blockwise --seqs 2048,8192
+    python bench/attention.py --masks    # block skipping: packed rows and windows
 
 Peak memory is XLA's compiled memory analysis of each jitted call: temp + output
 bytes (inputs excluded), the same measure on every platform. Time is the best of
@@ -13,6 +14,8 @@ BENCHMARKS.md.
 
 import argparse
 import pathlib
+import statistics
+import subprocess
 import sys
 import time
 
@@ -69,6 +72,70 @@ def measure(impl: str, batch: int, seq: int, heads: int, head_dim: int, dtype, r
     return best, peak
 
 
+# --masks: what each row holds. "one sequence" fills the row (segment ids all 1);
+# "packed N" holds sequences of N tokens back to back; "window W" is one sequence
+# seen through a sliding window of W.
+MASK_CASES = {
+    "one sequence": dict(sequence=None, window=None),
+    "packed 512": dict(sequence=512, window=None),
+    "packed 128": dict(sequence=128, window=None),
+    "window 128": dict(sequence=None, window=128),
+    "window 64": dict(sequence=None, window=64),
+}
+
+
+def cpu_name() -> str:
+    """lscpu's model name and the ISA flags that decide matmul speed."""
+    info = dict(line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+                .splitlines() if ":" in line)
+    present = info.get("Flags", "").split()
+    flags = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in present]
+    return f"{info.get('Model name', '?').strip()} ({' '.join(flags)}), {info.get('CPU(s)', '?').strip()} CPUs"
+
+
+def measure_masks(impl: str, batch: int, seq: int, heads: int, head_dim: int, dtype, rounds: int) -> dict:
+    """{case: [seconds per round]}: every case of MASK_CASES timed once per round,
+    in turn, so that load from other processes falls on all of them alike."""
+    keys = jax.random.split(jax.random.key(seq), 3)
+    q, k, v = (jax.random.normal(key, (batch, seq, heads, head_dim), dtype) for key in keys)
+    calls = {}
+    for case, mask in MASK_CASES.items():
+        sequence = mask["sequence"] or seq
+        segments = jnp.broadcast_to(1 + jnp.arange(seq, dtype=jnp.int32) // sequence, (batch, seq))
+        fn = jax.jit(lambda q, k, v, s, window=mask["window"]: attention(q, k, v, segment_ids=s, window=window,
+                                                                          impl=impl))
+        compiled = fn.lower(q, k, v, segments).compile()
+        compiled(q, k, v, segments).block_until_ready()
+        calls[case] = lambda compiled=compiled, segments=segments: compiled(q, k, v, segments).block_until_ready()
+    times = {case: [] for case in calls}
+    for _ in range(rounds):
+        for case, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[case].append(time.perf_counter() - start)
+    return times
+
+
+def main_masks(args, impls, dtype) -> None:
+    device = cpu_name() if jax.default_backend() == "cpu" else jax.devices()[0].device_kind
+    head_dim = int(args.head_dims.split(",")[-1])
+    print(f"# block skipping, {time.strftime('%Y-%m-%d')}, {device}, {dtype.name}, batch {args.batch}, "
+          f"heads {args.heads}, head_dim {head_dim}")
+    print(f"# {args.repeats} rounds, cases alternating within each round; x one seq: median of the per-round")
+    print("# ratios to 'one sequence' [min-max]; ideal: sequence/seq when packed, about (block_q + 2 window)/seq")
+    print()
+    print("| impl | seq | case | median ms | x one seq | spread |")
+    print("|---|---:|---|---:|---:|---|")
+    for impl in impls:
+        for seq in map(int, args.seqs.split(",")):
+            times = measure_masks(impl, args.batch, seq, args.heads, head_dim, dtype, args.repeats)
+            full = times["one sequence"]
+            for case, seconds in times.items():
+                ratios = [t / f for t, f in zip(seconds, full)]
+                print(f"| {impl} | {seq} | {case} | {statistics.median(seconds) * 1e3:.1f} | "
+                      f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="seq 128, 512, 2048; head_dim 64; 2 repeats")
@@ -79,9 +146,20 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on accelerators")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--masks", action="store_true",
+                        help="time packed rows and windows against one sequence (default seqs 2048,4096,8192, "
+                             "head_dim 64, impl blockwise, 5 rounds)")
     args = parser.parse_args()
     if args.quick:
         args.seqs, args.head_dims, args.repeats = "128,512,2048", "64", 2
+    if args.masks:
+        if "--seqs" not in sys.argv:
+            args.seqs = "2048,4096,8192"
+        if "--repeats" not in sys.argv:
+            args.repeats = 5
+        dtype = jnp.dtype(args.dtype or ("float32" if jax.default_backend() == "cpu" else "bfloat16"))
+        main_masks(args, args.impls.split(",") if args.impls else ["blockwise"], dtype)
+        return
 
     device = jax.devices()[0]
     platform = jax.default_backend()

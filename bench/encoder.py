@@ -2,28 +2,35 @@
 
     make bench            # or: .venv-bench/bin/python bench/encoder.py [--rounds N]
 
-Texts are a few hundred real paragraphs from the PDFs of ../shared/corpus (the
-bundled samples when it is absent). Both sides embed the same texts with the
-same model; tokens are counted once, with special tokens, truncated to the
-model's window as both encoders do. Rounds alternate between the two so that
-drift on a shared machine hits both alike; medians are reported.
+Two sets of real text (words of the PDFs of ../shared/corpus and the bundled
+text samples): mixed texts as a user embeds them, half short texts of every
+length from 1 to 75 words and half ~90-word paragraphs; and texts that fill the
+model's window exactly (no padding at all, the per-token compute alone). Both
+sides embed the same texts with the same model; tokens are counted once, with
+special tokens, truncated to the model's window as both encoders do. Rounds
+alternate between the encoders, the order reversed every other round, so that
+drift on a shared machine hits all alike; medians, spreads and per-round
+ratios are reported, with the CPU model and its ISA flags.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import jax
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from machine import cpu_description  # noqa: E402  (bench/machine.py)
 from pipeline import Embedder  # noqa: E402
 from pipeline.encode.model_dir import default_model_dir  # noqa: E402
 from pipeline.extract import DocumentError, extract_pages  # noqa: E402
@@ -31,29 +38,37 @@ from pipeline.extract import DocumentError, extract_pages  # noqa: E402
 CORPUS = REPO.parent / "shared" / "corpus"
 
 
-def paragraphs(limit: int, words_per_paragraph: int = 120) -> list[str]:
-    """Real text in paragraph-sized pieces: PDF text is cut into runs of whole lines."""
-    root = CORPUS if CORPUS.is_dir() else REPO / "samples"
-    out = []
-    for path in sorted(root.rglob("*.pdf")):
+def corpus_words(corpus: Path) -> list[str]:
+    """Real text as one stream of words: the PDFs under `corpus` and the bundled text samples."""
+    pages = []
+    for path in sorted(corpus.rglob("*.pdf")):
         try:
-            pages = extract_pages(path.read_bytes(), "pdf")
+            pages.extend(extract_pages(path.read_bytes(), "pdf"))
         except DocumentError:
             continue
-        current: list[str] = []
-        for line in "\n".join(pages).splitlines():
-            current.append(line.strip())
-            if sum(len(x.split()) for x in current) >= words_per_paragraph:
-                out.append(" ".join(current))
-                current = []
-        if current and len(" ".join(current).split()) > 10:
-            out.append(" ".join(current))
-    return out[:limit]
+    pages.extend(path.read_text() for path in sorted((REPO / "samples" / "text").glob("*.[mt][dx]*")))
+    return " ".join(pages).split()
+
+
+def pieces(words: list[str], lengths: list[int]) -> list[str]:
+    """One text per length, each that many consecutive words, read on through the stream
+    (round again from a shifted start when it runs out, so that texts differ)."""
+    out, at = [], 0
+    for n in lengths:
+        if at + n > len(words):
+            at = (at + 7) % max(1, len(words) - n)
+        out.append(" ".join(words[at : at + n]))
+        at += n
+    return out
+
+
+def mixed_texts(words: list[str], n: int) -> list[str]:
+    """What a user embeds: half short texts of every length from 1 to 75 words, half ~90-word paragraphs."""
+    return pieces(words, [1 + i % 75 for i in range(n // 2)] + [90] * (n - n // 2))
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 20) -> float:
     """This machine's float32 matmul rate through XLA: the ceiling the encoder works against."""
-    import jax
     import jax.numpy as jnp
 
     a = jnp.ones((n, n), jnp.float32)
@@ -67,7 +82,7 @@ def matmul_gflops(n: int = 1024, repeats: int = 20) -> float:
 
 def flops_per_token(embedder: Embedder, seq: int) -> float:
     """Forward FLOPs per token: dense layers (2 per weight) plus attention scores and mixing."""
-    b = embedder.encoder.spec.bert
+    b = embedder.encoder.spec.arch
     dense = b.num_layers * (4 * b.hidden_size**2 + 2 * b.hidden_size * b.intermediate_size)
     attn = b.num_layers * 2 * seq * b.hidden_size
     return 2 * (dense + attn)
@@ -79,54 +94,77 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
+def compare(title: str, texts: list[str], runners: dict, embedder: Embedder, st, rounds: int, fpt_of) -> None:
+    """Alternates rounds of every runner over `texts` (order reversed every other round) and prints
+    each runner's median tokens/s with its spread, and docembed's ratio to each other runner
+    (median and range of the ratios within a round)."""
+    ids = embedder.tokenizer.encode_truncated(texts, embedder.encoder.spec.max_seq_length)
+    tokens = sum(map(len, ids))
+    ref = st.encode(texts)
+    got = next(iter(runners.values()))()  # also compiles every shape before timing
+    cos = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
+    for run in runners.values():
+        run()  # warm: first calls allocate
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    names = list(runners)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            times[name].append(timed(runners[name]))
+    fpt = fpt_of(tokens / len(texts))
+    print(f"\n## {title}: {len(texts)} texts, {tokens:,} tokens (mean {tokens / len(texts):.0f}/text), "
+          f"{rounds} alternating rounds")
+    print(f"min cosine docembed vs sentence-transformers float32: {cos.min():.6f}")
+    print(f"{'encoder':46s} {'tokens/s':>9s} {'spread':>15s} {'GFLOP/s':>8s}")
+    for name, ts in times.items():
+        rate = tokens / statistics.median(ts)
+        print(f"{name:46s} {rate:9,.0f} {tokens / max(ts):7,.0f}-{tokens / min(ts):<7,.0f} {rate * fpt / 1e9:8.1f}")
+    jax_name, *others = names
+    for name in others:
+        ratios = sorted(b / a for a, b in zip(times[jax_name], times[name]))
+        print(f"ratio docembed / {name:34s} {statistics.median(ratios):.2f}x (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--paragraphs", type=int, default=400)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--texts", type=int, default=600, help="mixed texts: half short, half ~90-word paragraphs")
+    p.add_argument("--full-windows", type=int, default=128, help="texts of exactly the model's window")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--corpus", type=Path, default=CORPUS, help="a folder of PDFs (default ../shared/corpus)")
     p.add_argument("--batch-size", type=int, help="docembed's per-device batch (default: its platform default)")
-    p.add_argument("--st-batch-sizes", type=int, nargs="+", default=[8, 32],
-                   help="sentence-transformers batch sizes tried; the fastest is the baseline (default 8 32)")
+    p.add_argument("--st-batch-sizes", type=int, nargs="+", default=[32, 8],
+                   help="sentence-transformers float32 batch sizes (default 32, its default, and 8)")
     a = p.parse_args()
 
     import torch
     from sentence_transformers import SentenceTransformer
 
-    texts = paragraphs(a.paragraphs)
-    jax_fp32 = Embedder.load(batch_size=a.batch_size)
+    embedder = Embedder.load(batch_size=a.batch_size)
     st = SentenceTransformer(str(default_model_dir()), device="cpu")
-    ids = jax_fp32.tokenizer.encode_truncated(texts, jax_fp32.encoder.spec.max_seq_length)
-    tokens = sum(map(len, ids))
-    mean_len = tokens / len(texts)
+    st_bf16 = SentenceTransformer(str(default_model_dir()), device="cpu").to(torch.bfloat16)
+    window = embedder.encoder.spec.max_seq_length
+    words = corpus_words(a.corpus)
+    # 300 words tokenize past the window; both encoders cut them to it.
+    full = pieces(words, [300] * a.full_windows)
+    mixed = mixed_texts(words, a.texts)
 
-    runners = {"docembed JAX float32": lambda: jax_fp32.embed(texts)}
-    for bs in a.st_batch_sizes:
-        runners[f"sentence-transformers float32, batch {bs}"] = functools.partial(st.encode, texts, batch_size=bs)
-    ref = st.encode(texts)
-    got = jax_fp32.embed(texts)  # also compiles every shape before timing
-    cos = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
+    rates = [matmul_gflops() for _ in range(3)]
+    ceiling = statistics.median(rates)
+    print(f"CPU: {cpu_description()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"python {platform.python_version()}, jax {jax.__version__}, torch {torch.__version__} "
+          f"({torch.get_num_threads()} threads), XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    print(f"docembed batch {embedder.encoder.batching.batch_size} per device at full length; "
+          f"XLA float32 matmul rate {ceiling:.1f} GFLOP/s (1024^3, median of 3)")
 
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    matmul_rates = []
-    for _ in range(a.rounds):
-        matmul_rates.append(matmul_gflops())
-        for name, run in runners.items():
-            times[name].append(timed(run))
+    def fpt_of(mean_len: float) -> float:
+        return flops_per_token(embedder, int(mean_len))
 
-    ceiling = statistics.median(matmul_rates)
-    fpt = flops_per_token(jax_fp32, int(mean_len))
-    print(f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, python {platform.python_version()}")
-    print(f"texts: {len(texts)} paragraphs, {tokens} tokens (mean {mean_len:.0f}/text), "
-          f"docembed batch {jax_fp32.encoder.batching.batch_size} per device")
-    print(f"agreement: min cosine JAX vs sentence-transformers {cos.min():.6f}")
-    print(f"XLA float32 matmul rate {ceiling:.1f} GFLOP/s; encoder {fpt / 1e6:.1f} MFLOP/token "
-          f"-> ceiling {ceiling * 1e9 / fpt:,.0f} tokens/s")
-    print(f"{'encoder':42s} {'median s':>9s} {'tokens/s':>10s} {'of ceiling':>10s}")
-    rates = {}
-    for name, ts in times.items():
-        rates[name] = tokens / statistics.median(ts)
-        print(f"{name:42s} {statistics.median(ts):9.3f} {rates[name]:10,.0f} {rates[name] * fpt / ceiling / 1e9:10.1%}")
-    jax_rate, *st_rates = rates.values()
-    print(f"ratio JAX / fastest sentence-transformers: {jax_rate / max(st_rates):.2f}x")
+    for title, texts in ((f"{a.texts} mixed texts", mixed), (f"{len(full)} texts of {window} tokens", full)):
+        runners = {"docembed JAX float32": functools.partial(embedder.embed, texts)}
+        for bs in a.st_batch_sizes:
+            runners[f"sentence-transformers float32, batch {bs}"] = functools.partial(st.encode, texts, batch_size=bs)
+        runners["sentence-transformers bfloat16 (AMX), batch 32"] = functools.partial(
+            st_bf16.encode, texts, batch_size=32)
+        compare(title, texts, runners, embedder, st, a.rounds, fpt_of)
 
 
 if __name__ == "__main__":

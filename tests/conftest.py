@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
-import types
 from pathlib import Path
 
 import pytest
 
 from support import CORPUS, REPO, SAMPLES, encrypt
 
-
-def _alias_old_module_names() -> None:
-    """tests/kernels import pipeline modules by their names before the layout of issue 12; other branches rewrite
-    those files, so until they are merged the old names point at the new modules. Delete after that merge."""
-    for old, new in {"pipeline.encoder": "pipeline.encode.encoder", "pipeline.tokenizer": "pipeline.text.tokenizer",
-                     "pipeline.model": "pipeline.encode.model_dir"}.items():
-        sys.modules[old] = importlib.import_module(new)
-    batching = importlib.import_module("pipeline.encode.batching")
-    old_batching = types.ModuleType("pipeline.batching")
-    old_batching.BatchingConfig, old_batching.plan_batches = batching.BatchingConfig, batching.pack_batches
-    sys.modules["pipeline.batching"] = old_batching
-
-
-_alias_old_module_names()
 
 # Tests that run real Ray jobs, clusters, storage servers or notebooks: `make test` runs them,
 # `make test-fast` leaves them out. Whole folders and files, and single tests that start a job.

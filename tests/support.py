@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import json
 import os
+import subprocess
+import sys
 import time
 import zlib
 from collections.abc import Iterable
@@ -35,6 +38,17 @@ def text_files(n: int, prefix: str = "/d/f") -> list:
     from pipeline.io.listing import InputFile
 
     return [InputFile(f"{prefix}{i:03d}.txt", "text", 1) for i in range(n)]
+
+
+def run_on_cpu_devices(script: Path, out: Path, devices: int, timeout: float) -> dict:
+    """Runs `python script OUT` in a child process that sees `devices` CPU devices and returns the
+    JSON it wrote to OUT. XLA makes simulated devices only before JAX starts, and this process has
+    started it with one."""
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+    child = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    assert child.returncode == 0, child.stderr[-4000:]
+    return json.loads(out.read_text())
 
 
 def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:

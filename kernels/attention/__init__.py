@@ -1,6 +1,6 @@
 """Attention kernels behind one contract.
 
-    attention(q, k, v, *, kv_lengths=None, impl="auto", scale=None)  # 'BTNH' -> 'BTNH'
+    attention(q, k, v, *, kv_lengths=None, segment_ids=None, window=None, impl="auto", scale=None)
     available_impls()  # names that can run on this platform
 
 Implementations (`IMPLS`): reference (plain XLA, the oracle), blockwise (flash

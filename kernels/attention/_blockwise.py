@@ -1,10 +1,16 @@
 """`blockwise`: flash attention in plain JAX, for every platform.
 
-The FlashAttention-2 loop order written with XLA loops: `lax.map` over blocks of
-queries, and for each a `lax.scan` over blocks of keys/values feeding the online
-softmax, with batch and heads vectorised. Scores exist only as
-[B, N, block_q, block_k] tiles, so memory is linear in sequence length.
-Forward only: no `jax.checkpoint`, nothing saved per step.
+The FlashAttention-2 loop order written with XLA loops: a `lax.map` over
+(batch row, block of queries), and for each a loop over the blocks of keys/values
+that can matter to it feeding the online softmax, with heads vectorised. Scores
+exist only as [N, block_q, block_k] tiles, so memory is linear in sequence length.
+
+Skipping: each query block loops only over the key blocks that can hold a key it
+sees (kv_lengths, segment ids, window; `key_block_ranges`). The bounds differ per
+row and query block, so the loops are sequential with dynamic trip counts: a
+`lax.cond` or a batched loop would run under `vmap` as a select over every block
+and save nothing. A packed row then costs the sum of its squared sequence
+lengths, a window layer T * window. Forward only: nothing saved per step.
 """
 
 import dataclasses
@@ -13,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.attention import _online_softmax
-from kernels.attention._masking import pad_seq
+from kernels.attention._masking import key_block_ranges, pad_seq, visible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,31 +36,46 @@ def blockwise_attention(
     k: jax.Array,
     v: jax.Array,
     kv_lengths: jax.Array,
+    segment_ids: jax.Array | None = None,
     *,
     scale: float,
+    window: int | None = None,
     blocks: BlockwiseBlocks = BlockwiseBlocks(),
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH' in q's dtype."""
+    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
     batch, q_seq, heads, head_dim = q.shape
     block_q, block_k = min(blocks.block_q, q_seq), min(blocks.block_k, k.shape[1])
     # Whole blocks only: padded queries are sliced off at the end, padded keys lie
     # beyond every kv_length and are masked.
     q, k, v = pad_seq(q, block_q), pad_seq(k, block_k), pad_seq(v, block_k)
+    q_blocks, kv_seq = q.shape[1] // block_q, k.shape[1]
+    ranges = key_block_ranges(kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q,
+                              kv_seq=kv_seq, block_k=block_k)
 
-    def split(x, block):  # 'BTNH' -> [T / block, B, N, block, H]
-        return x.reshape(batch, -1, block, heads, head_dim).transpose(1, 0, 3, 2, 4)
+    def split(x, block):  # 'BTNH' -> [B, T / block, N, block, H]
+        return x.reshape(batch, -1, block, heads, head_dim).transpose(0, 1, 3, 2, 4)
 
     k_blocks, v_blocks = split(k, block_k), split(v, block_k)
-    key_positions = jnp.arange(k.shape[1]).reshape(-1, 1, 1, 1, block_k)
-    lengths = kv_lengths.reshape(batch, 1, 1, 1)
+    if segment_ids is not None:
+        q_segments = pad_seq(segment_ids, block_q).reshape(batch, q_blocks, block_q, 1)
+        k_segments = pad_seq(segment_ids, block_k).reshape(batch, -1, 1, block_k)
 
-    def attend(q_block):  # [B, N, block_q, H] against every key block
-        def fold(state, kv_block):
-            k_block, v_block, positions = kv_block
-            return _online_softmax.step(state, q_block, k_block, v_block, positions < lengths, scale), None
+    def attend(item):  # one batch row's block of queries [N, block_q, H] against its key blocks
+        row, i, q_block, (first, end) = item
+        q_positions = i * block_q + jnp.arange(block_q)[:, None]
+        q_segment = None if segment_ids is None else q_segments[row, i]
 
-        state, _ = jax.lax.scan(fold, _online_softmax.init(q_block), (k_blocks, v_blocks, key_positions))
+        def fold(j, state):
+            k_positions = j * block_k + jnp.arange(block_k)
+            k_segment = None if segment_ids is None else k_segments[row, j]
+            valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window)
+            return _online_softmax.step(state, q_block, k_blocks[row, j], v_blocks[row, j], valid, scale)
+
+        state = jax.lax.fori_loop(first, end, fold, _online_softmax.init(q_block))
         return _online_softmax.finish(state).astype(q.dtype)
 
-    out = jax.lax.map(attend, split(q, block_q))  # [T / block_q, B, N, block_q, H]
-    return out.transpose(1, 0, 3, 2, 4).reshape(batch, -1, heads, head_dim)[:, :q_seq]
+    rows, indices = (x.reshape(-1) for x in jnp.meshgrid(jnp.arange(batch), jnp.arange(q_blocks), indexing="ij"))
+    items = (rows, indices, split(q, block_q).reshape(-1, heads, block_q, head_dim), ranges.reshape(-1, 2))
+    out = jax.lax.map(attend, items)  # [B * T / block_q, N, block_q, H]
+    out = out.reshape(batch, q_blocks, heads, block_q, head_dim).transpose(0, 1, 3, 2, 4)
+    return out.reshape(batch, -1, heads, head_dim)[:, :q_seq]

@@ -39,6 +39,8 @@ class Problem:
     dtype: np.dtype
     kv_seq: int
     head_dim: int
+    segments: bool  # segment ids given (packed rows)
+    window: int | None
     # Inside jax.shard_map with check_vma=True: q varies over some mesh axes and
     # every kernel output must say so.
     varying: bool
@@ -64,7 +66,18 @@ def _tpu_kernel_limits(problem: Problem) -> str | None:
     return None
 
 
+def _tpu_flash_limits(problem: Problem) -> str | None:
+    if problem.window is not None:
+        return "JAX's TPU flash_attention has no sliding window (causal only); tpu_splash has one"
+    return _tpu_kernel_limits(problem)
+
+
 def _cudnn_limits(problem: Problem) -> str | None:
+    if problem.segments:
+        return ("jax.nn.dot_product_attention has no segment ids (JAX's cuDNN packed layout, "
+                "q/kv offsets, is private API)")
+    if problem.window is not None:
+        return "cuDNN's sliding window is causal (left only); the window here is two-sided"
     if problem.dtype not in HALF_DTYPES:
         return f"cuDNN flash attention takes bfloat16 or float16, got {problem.dtype.name}"
     if problem.head_dim > 128 or problem.head_dim % 8:
@@ -90,7 +103,7 @@ _IMPLS: dict[str, _Impl] = {
     # On CPU in Pallas interpret mode: an emulator for tests, so `auto` never
     # picks it there.
     "pallas": _Impl(pallas_attention, frozenset({"cpu", "gpu", "tpu"}), _pallas_limits),
-    "tpu_flash": _Impl(tpu_flash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
+    "tpu_flash": _Impl(tpu_flash_attention, frozenset({"tpu"}), _tpu_flash_limits),
     "tpu_splash": _Impl(tpu_splash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
     "cudnn": _Impl(cudnn_attention, frozenset({"gpu"}), _cudnn_limits),
 }
@@ -126,8 +139,10 @@ def _log_once(level: int, message: str) -> None:
 
 def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
     candidates = _auto_candidates(problem)
+    masks = (", segment ids" if problem.segments else "") + (
+        f", window {problem.window}" if problem.window is not None else "")
     where = (f"attention(impl='auto') on {problem.platform}, {problem.dtype.name}, "
-             f"kv_seq {problem.kv_seq}, head_dim {problem.head_dim}")
+             f"kv_seq {problem.kv_seq}, head_dim {problem.head_dim}{masks}")
     for name, fallback in zip(candidates, candidates[1:]):
         reason = _IMPLS[name].why_not(problem)
         if reason is None:
@@ -144,7 +159,8 @@ def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
     return run(candidates[-1])
 
 
-def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array | None) -> None:
+def _check_args(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array | None,
+                segment_ids: jax.Array | None, window: int | None) -> None:
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4:
         raise ValueError(f"attention wants q, k, v shaped [batch, seq, heads, head_dim] with k and v alike; "
                          f"got q {q.shape}, k {k.shape}, v {v.shape}")
@@ -152,11 +168,19 @@ def _check_shapes(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Arra
         raise ValueError(f"q {q.shape} and k {k.shape} differ in batch, heads or head_dim")
     if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if kv_lengths is None:
-        return
-    if kv_lengths.shape != (q.shape[0],) or not jnp.issubdtype(kv_lengths.dtype, jnp.integer):
+    if kv_lengths is not None and (kv_lengths.shape != (q.shape[0],)
+                                   or not jnp.issubdtype(kv_lengths.dtype, jnp.integer)):
         raise ValueError(f"kv_lengths must be integers shaped [batch] = ({q.shape[0]},); "
                          f"got {kv_lengths.dtype}{kv_lengths.shape}")
+    if segment_ids is not None:
+        if q.shape[1] != k.shape[1]:
+            raise ValueError(f"segment_ids need self-attention (q_seq == kv_seq); got q_seq {q.shape[1]}, "
+                             f"kv_seq {k.shape[1]}")
+        if segment_ids.shape != q.shape[:2] or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+            raise ValueError(f"segment_ids must be integers shaped [batch, seq] = {q.shape[:2]}; "
+                             f"got {segment_ids.dtype}{segment_ids.shape}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0):
+        raise ValueError(f"window must be a Python int >= 0 or None; got {window!r}")
 
 
 def attention(
@@ -165,6 +189,8 @@ def attention(
     v: jax.Array,
     *,
     kv_lengths: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
+    window: int | None = None,
     impl: str = "auto",
     scale: float | None = None,
 ) -> jax.Array:
@@ -173,20 +199,35 @@ def attention(
     q is [batch, q_seq, heads, head_dim]; k and v are [batch, kv_seq, heads,
     head_dim]. kv_lengths [batch] marks padding: keys at positions >= length get
     no weight, and a row with length 0 comes out as zeros. scale defaults to
-    1/sqrt(head_dim). impl is "auto" or one of `IMPLS`; see `available_impls()`.
+    1/sqrt(head_dim).
+
+    segment_ids [batch, seq] (self-attention only) packs several sequences into
+    a row: query t sees key s only if their ids are equal (any ints; packed rows
+    number their sequences 1, 2, ... in order and give the padding tail 0, which
+    lets kernels skip blocks). window >= 0: query t sees key s only if
+    |t - s| <= window. All restrictions combine; a query that sees no key comes
+    out as zeros.
+
+    impl is "auto" or one of `IMPLS`; see `available_impls()`.
     Traceable under `jax.jit` and `jax.shard_map` (the platform is read at trace
     time).
     """
     kv_lengths = None if kv_lengths is None else jnp.asarray(kv_lengths)
-    _check_shapes(q, k, v, kv_lengths)
+    segment_ids = None if segment_ids is None else jnp.asarray(segment_ids)
+    _check_args(q, k, v, kv_lengths, segment_ids, window)
     batch, kv_seq, _, head_dim = k.shape
     kv_lengths = jnp.full((batch,), kv_seq, jnp.int32) if kv_lengths is None else kv_lengths.astype(jnp.int32)
+    segment_ids = None if segment_ids is None else segment_ids.astype(jnp.int32)
+    # A window as wide as the row masks nothing: no window, so that kernels without
+    # one (tpu_flash, cudnn) can run it.
+    window = None if window is None or window >= max(q.shape[1], kv_seq) else int(window)
     scale = float(head_dim**-0.5 if scale is None else scale)
     varying = bool(jax.typeof(q).manual_axis_type.varying)
-    problem = Problem(_platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, varying)
+    problem = Problem(_platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window,
+                      varying)
 
     def run(name: str) -> jax.Array:
-        return _IMPLS[name].fn(q, k, v, kv_lengths, scale=scale)
+        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window)
 
     if impl == "auto":
         return _run_auto(problem, run)

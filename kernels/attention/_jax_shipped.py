@@ -1,17 +1,23 @@
 """Wrappers for the attention kernels that JAX itself ships.
 
 - `tpu_flash`: `jax.experimental.pallas.ops.tpu.flash_attention`: layout 'BNTH',
-  scale applied in-kernel (`sm_scale`), padding through segment ids [B, S].
+  scale applied in-kernel (`sm_scale`, whose default is 1.0), padding and packed
+  rows through segment ids [B, T] and [B, S]. It has no sliding window (causal
+  only): the dispatch refuses windows for it.
 - `tpu_splash`: `jax.experimental.pallas.ops.tpu.splash_attention`: one batch
   row at a time in layout 'NTH', no scale argument (queries are pre-scaled),
-  padding through segment ids [S].
+  padding and packed rows through segment ids [T] and [S], the window as its
+  `LocalMask` (a static mask: blocks outside the window are skipped).
 - `cudnn`: `jax.nn.dot_product_attention(implementation="cudnn")`: layout
-  'BTNH' like ours, padding through `key_value_seq_lengths`.
+  'BTNH' like ours, padding through `key_value_seq_lengths`. Its public API has
+  neither segment ids nor a two-sided window (cuDNN's window is causal, left
+  only): the dispatch refuses both for it.
 
-What they do with a row that has no valid key is unspecified (splash calls it
-invalid: a zero softmax denominator), so each is given at least one key and rows
-with kv_length 0 are zeroed afterwards. The TPU kernels take sequences in whole
-blocks: we pad, then slice.
+Segment ids and kv_lengths become one pair of segment ids
+(`canonical_segment_ids`). What these kernels do for a query that sees no key is
+unspecified (splash calls it invalid: a zero softmax denominator), so such
+queries are zeroed afterwards (`sees_a_key`). The TPU kernels take sequences in
+whole blocks: we pad, then slice.
 """
 
 import functools
@@ -22,7 +28,7 @@ from jax.experimental.pallas.ops.tpu import flash_attention as tpu_flash_lib
 from jax.experimental.pallas.ops.tpu import splash_attention as splash_lib
 
 from kernels.attention import _platform
-from kernels.attention._masking import at_least_one_key, pad_seq, zero_rows_without_keys
+from kernels.attention._masking import canonical_segment_ids, pad_seq, sees_a_key
 
 TPU_MIN_BLOCK = 128
 
@@ -32,59 +38,86 @@ def _splash_block(padded_seq: int) -> int:
     return next(b for b in (512, 256, TPU_MIN_BLOCK) if padded_seq % b == 0)
 
 
-def _valid_key_ids(kv_lengths: jax.Array, kv_seq: int) -> jax.Array:
-    """[B, S] int32 segment ids: 1 for a valid key, 0 for padding (queries are all 1)."""
-    return (jnp.arange(kv_seq) < at_least_one_key(kv_lengths)[:, None]).astype(jnp.int32)
+def _zero_where_no_key(out, kv_lengths, segment_ids, window):
+    """'BTNH' out with the queries that see no key set to zeros."""
+    return jnp.where(sees_a_key(kv_lengths, segment_ids, window, out.shape[1])[:, :, None, None], out, 0)
 
 
-def tpu_flash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
-    batch, q_seq = q.shape[:2]
+def tpu_flash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_lengths: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    scale: float,
+    window: None,
+) -> jax.Array:
+    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
+    q_seq = q.shape[1]
     q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (q, k, v))
-    segment_ids = tpu_flash_lib.SegmentIds(
-        q=jnp.ones((batch, q_bnth.shape[2]), jnp.int32),
-        kv=_valid_key_ids(kv_lengths, k_bnsh.shape[2]),
-    )
+    q_ids, kv_ids = canonical_segment_ids(kv_lengths, segment_ids, q_bnth.shape[2], k_bnsh.shape[2])
     # Its default tiles are 128, which is why sequences are padded to 128.
-    out = tpu_flash_lib.flash_attention(q_bnth, k_bnsh, v_bnsh, segment_ids=segment_ids, sm_scale=scale)
-    return zero_rows_without_keys(out.transpose(0, 2, 1, 3)[:, :q_seq], kv_lengths)
+    out = tpu_flash_lib.flash_attention(q_bnth, k_bnsh, v_bnsh, segment_ids=tpu_flash_lib.SegmentIds(q_ids, kv_ids),
+                                        sm_scale=scale)
+    return _zero_where_no_key(out.transpose(0, 2, 1, 3)[:, :q_seq], kv_lengths, segment_ids, window)
 
 
 @functools.lru_cache(maxsize=64)
-def _splash_kernel(heads: int, q_seq: int, kv_seq: int):
-    """Built once per shape: the mask's block structure is computed on the host."""
-    mask = splash_lib.MultiHeadMask([splash_lib.FullMask((q_seq, kv_seq))] * heads)
+def _splash_kernel(heads: int, q_seq: int, kv_seq: int, window: int | None):
+    """Built once per shape and window: the mask's block structure is computed on the host."""
+    shape = (q_seq, kv_seq)
+    head_mask = splash_lib.FullMask(shape) if window is None else splash_lib.LocalMask(shape, (window, window), 0)
     block_q, block_kv = _splash_block(q_seq), _splash_block(kv_seq)
     blocks = splash_lib.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv)
     # Concrete arrays even when first called under jit: the cache outlives the trace.
     with jax.ensure_compile_time_eval():
-        return splash_lib.make_splash_mha_single_device(mask, block_sizes=blocks)
+        return splash_lib.make_splash_mha_single_device(splash_lib.MultiHeadMask([head_mask] * heads),
+                                                        block_sizes=blocks)
 
 
-def tpu_splash_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
+def tpu_splash_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_lengths: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    scale: float,
+    window: int | None,
+) -> jax.Array:
+    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
     q_seq = q.shape[1]
-    q = (q.astype(jnp.float32) * scale).astype(q.dtype)
-    q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (q, k, v))
-    kernel = _splash_kernel(q_bnth.shape[1], q_bnth.shape[2], k_bnsh.shape[2])
-    q_ids = jnp.ones((q_bnth.shape[2],), jnp.int32)
-    kv_ids = _valid_key_ids(kv_lengths, k_bnsh.shape[2])
+    scaled_q = (q.astype(jnp.float32) * scale).astype(q.dtype)
+    q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (scaled_q, k, v))
+    kernel = _splash_kernel(q_bnth.shape[1], q_bnth.shape[2], k_bnsh.shape[2], window)
+    ids = canonical_segment_ids(kv_lengths, segment_ids, q_bnth.shape[2], k_bnsh.shape[2])
 
     def one_row(row):
-        q_nth, k_nsh, v_nsh, row_kv_ids = row
-        return kernel(q_nth, k_nsh, v_nsh, segment_ids=splash_lib.SegmentIds(q=q_ids, kv=row_kv_ids))
+        q_nth, k_nsh, v_nsh, q_ids, kv_ids = row
+        return kernel(q_nth, k_nsh, v_nsh, segment_ids=splash_lib.SegmentIds(q=q_ids, kv=kv_ids))
 
     # vmap is how splash is meant to be batched, but JAX's TPU interpreter does not
     # count the grid axis that vmap adds to a pallas_call (its dimension_semantics
     # stay one short and it fails), so under emulation rows go one at a time.
-    rows = (q_bnth, k_bnsh, v_bnsh, kv_ids)
+    rows = (q_bnth, k_bnsh, v_bnsh, *ids)
     out = jax.lax.map(one_row, rows) if _platform.emulating_tpu() else jax.vmap(one_row)(rows)
-    return zero_rows_without_keys(out.transpose(0, 2, 1, 3)[:, :q_seq], kv_lengths)
+    return _zero_where_no_key(out.transpose(0, 2, 1, 3)[:, :q_seq], kv_lengths, segment_ids, window)
 
 
-def cudnn_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
+def cudnn_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_lengths: jax.Array,
+    segment_ids: None,
+    *,
+    scale: float,
+    window: None,
+) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
+    # At least one key: what cuDNN does with none is unspecified; zeroed below.
     out = jax.nn.dot_product_attention(
-        q, k, v, scale=scale, key_value_seq_lengths=at_least_one_key(kv_lengths), implementation="cudnn"
+        q, k, v, scale=scale, key_value_seq_lengths=jnp.maximum(kv_lengths, 1), implementation="cudnn"
     )
-    return zero_rows_without_keys(out, kv_lengths)
+    return _zero_where_no_key(out, kv_lengths, segment_ids, window)

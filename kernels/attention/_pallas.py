@@ -2,13 +2,18 @@
 
 Grid (B, N, T / block_q): each program owns one tile of queries of one (batch,
 head) and streams that head's keys/values through the online softmax in tiles of
-block_k, so scores never exist beyond [block_q, block_k]. Padding is masked inside
-the kernel from kv_lengths. The same kernel lowers to Mosaic on TPU and Triton on
-GPU, and runs on CPU in Pallas interpret mode: an emulator meant for tests, which
-on CPU happens to run about as fast as `blockwise`.
+block_k, so scores never exist beyond [block_q, block_k]. It loops only over the
+key tiles that can hold a key its queries see (`key_block_ranges`: kv_lengths,
+segment ids, window), a dynamic trip count read from scalars per program, so a
+packed row costs the sum of its squared sequence lengths and a window layer
+T * window. Inside those tiles padding, segments and window are masked. The same
+kernel lowers to Mosaic on TPU and Triton on GPU, and runs on CPU in Pallas
+interpret mode: an emulator meant for tests, whose fixed cost per grid step hides
+most of what skipping saves there (bench/attention.py --masks).
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as pltriton
 
 from kernels.attention import _online_softmax, _platform
-from kernels.attention._masking import pad_seq
+from kernels.attention._masking import key_block_ranges, pad_seq, visible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,23 +40,26 @@ class PallasBlocks:
         return cls(512, 512) if platform == "cpu" else cls()
 
 
-def _flash_kernel(lengths_ref, q_ref, k_ref, v_ref, o_ref, *, scale: float, block_k: int):
-    """lengths_ref [1, block_k] (this batch row's kv_length, repeated), q_ref and
-    o_ref [block_q, H], k_ref and v_ref [S, H] (the whole padded sequence)."""
+def _flash_kernel(scalars_ref, q_ref, k_ref, v_ref, *refs, scale: float, block_k: int, window: int | None):
+    """scalars_ref [B, T / block_q, 3] (whole), q_ref and o_ref [block_q, H], k_ref
+    and v_ref [S, H] (the whole padded sequence); with segment ids, refs starts
+    with this tile's query ids [block_q, 1] and the row's key ids [1, S]."""
+    *segment_refs, o_ref = refs
     q = q_ref[...]
     block_q = q.shape[0]
-    # Lengths arrive as a vector, not a scalar: TPU vector code cannot read a
-    # scalar from VMEM, and a broadcast compare works the same under Triton.
-    length = jnp.broadcast_to(lengths_ref[...], (block_q, block_k))
+    first, end, length = (scalars_ref[pl.program_id(0), pl.program_id(2), n] for n in range(3))
+    q_positions = pl.program_id(2) * block_q + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+    q_segments = segment_refs[0][...] if segment_refs else None
 
     def fold_block(j, state):
         start = pl.multiple_of(j * block_k, block_k)
         keys = pl.ds(start, block_k)
-        positions = start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
-        return _online_softmax.step(state, q, k_ref[keys, :], v_ref[keys, :], positions < length, scale)
+        k_positions = start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
+        k_segments = segment_refs[1][:, keys] if segment_refs else None
+        valid = visible(q_positions, k_positions, length, q_segments, k_segments, window)
+        return _online_softmax.step(state, q, k_ref[keys, :], v_ref[keys, :], valid, scale)
 
-    init = _online_softmax.init(q)
-    state = jax.lax.fori_loop(0, k_ref.shape[0] // block_k, fold_block, init)
+    state = jax.lax.fori_loop(first, end, fold_block, _online_softmax.init(q))
     o_ref[...] = _online_softmax.finish(state).astype(o_ref.dtype)
 
 
@@ -74,12 +82,14 @@ def pallas_attention(
     k: jax.Array,
     v: jax.Array,
     kv_lengths: jax.Array,
+    segment_ids: jax.Array | None = None,
     *,
     scale: float,
+    window: int | None = None,
     blocks: PallasBlocks | None = None,
     platform: str | None = None,
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH' in q's dtype.
+    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype.
 
     `platform` defaults to the one being traced for; pass it to lower for another
     (e.g. to check the Mosaic or Triton lowering on a CPU host). `blocks` defaults
@@ -94,25 +104,33 @@ def pallas_attention(
     q_bnth = pad_seq(q, block_q).transpose(0, 2, 1, 3)
     k_bnsh = pad_seq(k, block_k).transpose(0, 2, 1, 3)
     v_bnsh = pad_seq(v, block_k).transpose(0, 2, 1, 3)
-    kv_seq = k_bnsh.shape[2]
-    lengths = jnp.broadcast_to(kv_lengths.astype(jnp.int32)[:, None, None], (batch, 1, block_k))
+    q_blocks, kv_seq = q_bnth.shape[2] // block_q, k_bnsh.shape[2]
+    ranges = key_block_ranges(kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q,
+                              kv_seq=kv_seq, block_k=block_k)
+    lengths = jnp.broadcast_to(kv_lengths.astype(jnp.int32)[:, None, None], (batch, q_blocks, 1))
+    # Per (row, query tile): first and end key tile, kv_length.
+    scalars = jnp.concatenate([ranges, lengths], axis=-1)  # [B, T / block_q, 3]
 
+    # Scalars drive the loop bounds: on TPU they must sit in SMEM (whole: Mosaic
+    # blocks SMEM only along its last two dims).
+    smem = dict(memory_space=pltpu.SMEM) if platform == "tpu" else {}
     q_tile = pl.BlockSpec((None, None, block_q, head_dim), lambda b, n, i: (b, n, i, 0))
     kv_whole = pl.BlockSpec((None, None, kv_seq, head_dim), lambda b, n, i: (b, n, 0, 0))
+    in_specs = [pl.BlockSpec(**smem), q_tile, kv_whole, kv_whole]
+    operands = [scalars, q_bnth, k_bnsh, v_bnsh]
+    if segment_ids is not None:
+        in_specs += [pl.BlockSpec((None, block_q, 1), lambda b, n, i: (b, i, 0)),
+                     pl.BlockSpec((None, 1, kv_seq), lambda b, n, i: (b, 0, 0))]
+        operands += [pad_seq(segment_ids, block_q)[:, :, None], pad_seq(segment_ids, block_k)[:, None, :]]
     out = pl.pallas_call(
-        lambda *refs: _flash_kernel(*refs, scale=scale, block_k=block_k),
+        functools.partial(_flash_kernel, scale=scale, block_k=block_k, window=window),
         # Varying over the same mesh axes as q when called inside jax.shard_map.
         out_shape=jax.ShapeDtypeStruct(q_bnth.shape, q.dtype, manual_axis_type=jax.typeof(q_bnth).manual_axis_type),
-        grid=(batch, heads, q_bnth.shape[2] // block_q),
-        in_specs=[
-            pl.BlockSpec((None, 1, block_k), lambda b, n, i: (b, 0, 0)),
-            q_tile,
-            kv_whole,
-            kv_whole,
-        ],
+        grid=(batch, heads, q_blocks),
+        in_specs=in_specs,
         out_specs=q_tile,
         compiler_params=_compiler_params(platform, head_dim),
         interpret=platform == "cpu",
         name="docembed_flash_attention",
-    )(lengths, q_bnth, k_bnsh, v_bnsh)
+    )(*operands)
     return out.transpose(0, 2, 1, 3)[:, :q_seq]

@@ -2,22 +2,37 @@
 
 It materialises the [B, N, T, S] score matrix, so memory is quadratic in sequence
 length; for short sequences that is also often the fastest thing on any chip.
+Segment ids and the window are one more term of the mask.
 """
 
 import jax
 import jax.numpy as jnp
 
-from kernels.attention._masking import MASK_VALUE
+from kernels.attention._masking import MASK_VALUE, visible
 
 
-def reference_attention(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array, *, scale: float) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH' in q's dtype."""
+def reference_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_lengths: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    scale: float,
+    window: int | None,
+) -> jax.Array:
+    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
     scores = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) * scale
-    valid = (jnp.arange(k.shape[1]) < kv_lengths[:, None])[:, None, None, :]
+    if segment_ids is not None:
+        segments = segment_ids[:, None, :, None], segment_ids[:, None, None, :]
+    else:
+        segments = None, None
+    positions = jnp.arange(q.shape[1])[:, None], jnp.arange(k.shape[1])
+    valid = visible(*positions, kv_lengths[:, None, None, None], *segments, window)
     scores = jnp.where(valid, scores, MASK_VALUE)
     weights = jnp.where(valid, jnp.exp(scores - scores.max(axis=-1, keepdims=True)), 0.0)
     total = weights.sum(axis=-1)
     out = jnp.einsum("bnts,bsnh->btnh", weights, v.astype(jnp.float32))
-    # Rows with no valid key have total 0 and weights 0: they come out as zeros.
+    # Queries that see no key have total 0 and weights 0: they come out as zeros.
     out = out / jnp.where(total == 0, 1.0, total).transpose(0, 2, 1)[..., None]
     return out.astype(q.dtype)

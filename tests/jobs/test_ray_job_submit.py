@@ -6,6 +6,11 @@ this venv's, which already holds the project's dependencies and the default
 model, so the job's runtime_env is jobs/runtime_env.yaml without its `pip`
 section (the test installs nothing).
 
+The head runs as a user's does after any local run: ~/.ray/auth_token exists
+(here under a HOME of the cluster's own, never the real one) and RAY_AUTH_MODE
+is unset, so Ray 2.60 turns token authentication on, and the CLI must send the
+token (RAY_AUTH_MODE=token), as the README says.
+
 `ray stop` is not used to tear the cluster down: it stops every Ray process on
 the machine, other test runs' included. `ray start` runs in a session of its
 own, which every process of this cluster inherits, and the teardown ends the
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -51,16 +57,16 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def cluster_env(**extra: str) -> dict[str, str]:
-    """The environment of the cluster and of the CLI: this venv first on PATH, like an activated venv."""
+def cluster_env(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of the cluster and of the CLI: this venv first on PATH, like an activated venv.
+
+    RAY_AUTH_MODE is unset, as in a user's shell: Ray decides from `home`/.ray/auth_token.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(
+        HOME=str(home),
         PATH=f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}",
         VIRTUAL_ENV=str(VENV_BIN.parent),
-        # A loopback-only test cluster: no token authentication. Left unset, Ray
-        # 2.60 turns it on whenever ~/.ray/auth_token exists (a local ray.init()
-        # writes one), and then every client needs that token.
-        RAY_AUTH_MODE="disabled",
         RAY_USAGE_STATS_ENABLED="0",
         JAX_PLATFORMS="cpu",
         **extra,
@@ -71,6 +77,11 @@ def cluster_env(**extra: str) -> dict[str, str]:
 class LocalCluster:
     def __init__(self, root: Path):
         self.root = root
+        self.home = root / "home"
+        # What a local ray.init() leaves behind (`ray get-auth-token --generate` writes the same).
+        self.token = uuid.uuid4().hex
+        (self.home / ".ray").mkdir(parents=True)
+        (self.home / ".ray" / "auth_token").write_text(self.token)
         ports = free_ports(9)
         self.gcs_port, self.dashboard_port = ports[0], ports[1]
         self.address = f"http://127.0.0.1:{self.dashboard_port}"
@@ -93,7 +104,7 @@ class LocalCluster:
 
     def start(self) -> None:
         start = subprocess.Popen(
-            self.args, env=cluster_env(), start_new_session=True, stdout=subprocess.PIPE,
+            self.args, env=self.env(), start_new_session=True, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.session_id = start.pid  # the session every process of the cluster inherits
@@ -101,6 +112,9 @@ class LocalCluster:
         if start.returncode != 0:
             raise RuntimeError(f"ray start failed ({start.returncode}):\n{out[-4000:]}")
         self.wait_for_job_api()
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return cluster_env(self.home, **extra)
 
     def wait_for_job_api(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -114,7 +128,8 @@ class LocalCluster:
                 time.sleep(0.5)
 
     def get(self, path: str):
-        with urllib.request.urlopen(self.address + path, timeout=10) as response:
+        request = urllib.request.Request(self.address + path, headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
 
     def job(self, submission_id: str) -> dict:
@@ -208,13 +223,14 @@ def test_ray_job_submit_working_dir(cluster, tmp_path):
     runtime_env.write_text(yaml.safe_dump(runtime_env_without_pip()))
     out = cluster.root / "out"  # under the cluster's directory: removed with it
     submission_id = f"docembed-test-{os.getpid()}"
-    # As the README says: the address from RAY_ADDRESS, the command unchanged.
+    # As the README says: RAY_ADDRESS, RAY_AUTH_MODE=token (the head has auth on), the command unchanged.
     submit = subprocess.run(
         [RAY, "job", "submit", "--working-dir", ".", "--runtime-env", str(runtime_env),
          "--submission-id", submission_id, "--no-wait", "--",
          "python", "jobs/embed.py", "--input", "samples/text", "--output", str(out),
          "--compile-cache", str(cluster.root / "jax-cache")],
-        cwd=REPO, env=cluster_env(RAY_ADDRESS=cluster.address), capture_output=True, text=True, timeout=120,
+        cwd=REPO, env=cluster.env(RAY_ADDRESS=cluster.address, RAY_AUTH_MODE="token"),
+        capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert submit.returncode == 0, submit.stdout[-3000:] + submit.stderr[-3000:]
 
@@ -235,6 +251,47 @@ def test_ray_job_submit_working_dir(cluster, tmp_path):
     # `ray job status --address` reads the same job from the CLI.
     status = subprocess.run(
         [RAY, "job", "status", "--address", cluster.address, submission_id],
-        env=cluster_env(), capture_output=True, text=True, timeout=60,
+        env=cluster.env(RAY_AUTH_MODE="token"), capture_output=True, text=True, timeout=60,
     )
     assert status.returncode == 0 and f"Job '{submission_id}' succeeded" in status.stdout, status.stdout + status.stderr
+
+
+def test_a_head_with_token_auth_refuses_a_cli_without_the_token_and_jobs_submit_says_what_to_set(cluster, tmp_path):
+    """Without RAY_AUTH_MODE=token `ray job submit` is refused (401); jobs/submit.py says what to set, in one line."""
+    runtime_env = tmp_path / "runtime_env.yaml"
+    runtime_env.write_text(yaml.safe_dump(runtime_env_without_pip()))
+    command = ["--", "python", "-c", "print('submitted through jobs/submit.py')"]
+    refused = subprocess.run(
+        [RAY, "job", "submit", "--no-wait", *command],
+        cwd=REPO, env=cluster.env(RAY_ADDRESS=cluster.address), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode != 0
+    assert "Token authentication is enabled but no authentication token was found" in refused.stdout + refused.stderr
+
+    wrapper = [sys.executable, "jobs/submit.py", "--runtime-env", str(runtime_env), "--no-wait"]
+    hinted = subprocess.run(
+        [*wrapper, "--address", cluster.address, *command],
+        cwd=REPO, env=cluster.env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    lines = hinted.stderr.strip().splitlines()
+    assert hinted.returncode == 2 and len(lines) == 1, hinted.stdout + hinted.stderr
+    assert lines[0].startswith("docembed: error: the Ray head at") and "export RAY_AUTH_MODE=token" in lines[0]
+
+    wrong = cluster.env(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="not-the-heads-token")
+    hinted = subprocess.run(
+        [*wrapper, "--address", cluster.address, *command], cwd=REPO, env=wrong, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert hinted.returncode == 2 and "refuses this shell's token" in hinted.stderr, hinted.stdout + hinted.stderr
+
+    # With the token it is `ray job submit` itself, with docembed's working dir.
+    submission_id = f"docembed-wrapper-{os.getpid()}"
+    submitted = subprocess.run(
+        [*wrapper, "--submission-id", submission_id, *command],
+        cwd=REPO, env=cluster.env(RAY_ADDRESS=cluster.address, RAY_AUTH_MODE="token"),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
+    info = cluster.wait_for(submission_id, timeout=120)
+    assert info["status"] == "SUCCEEDED", f"{info['status']}: {info.get('message')}"
+    assert "submitted through jobs/submit.py" in cluster.logs(submission_id)

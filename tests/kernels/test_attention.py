@@ -35,17 +35,29 @@ def _cases() -> list:
     return cases
 
 
-def attention_float64(q, k, v, kv_lengths, scale: float) -> np.ndarray:
-    """The oracle, independent of the code under test: 'BTNH' float64."""
+def attention_float64(q, k, v, kv_lengths, scale: float, segment_ids=None, window=None) -> np.ndarray:
+    """The oracle, independent of the code under test: 'BTNH' float64.
+
+    Query t of row b sees key s iff s < kv_lengths[b], segment_ids[b, t] ==
+    segment_ids[b, s] (if given) and |t - s| <= window (if given); a query that
+    sees nothing gets zeros.
+    """
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
     out = np.zeros(q.shape, np.float64)
+    t, s = np.arange(q.shape[1])[:, None], np.arange(k.shape[1])[None, :]
     for b, length in enumerate(np.asarray(kv_lengths)):
-        if length == 0:
-            continue
-        scores = np.einsum("tnh,snh->nts", q[b], k[b, :length]) * scale
-        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        weights /= weights.sum(axis=-1, keepdims=True)
-        out[b] = np.einsum("nts,snh->tnh", weights, v[b, :length])
+        sees = np.broadcast_to(s < length, (t.size, s.size))
+        if segment_ids is not None:
+            ids = np.asarray(segment_ids[b])
+            sees = sees & (ids[:, None] == ids[None, :])
+        if window is not None:
+            sees = sees & (np.abs(t - s) <= window)
+        scores = np.where(sees, np.einsum("tnh,snh->nts", q[b], k[b]) * scale, -np.inf)
+        top = scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores - np.where(np.isfinite(top), top, 0))
+        total = weights.sum(axis=-1, keepdims=True)
+        weights = np.divide(weights, total, out=np.zeros_like(weights), where=total > 0)
+        out[b] = np.einsum("nts,snh->tnh", weights, v[b])
     return out
 
 
@@ -66,12 +78,12 @@ def make_inputs(rng, batch, q_seq, kv_seq, heads, head_dim, dtype, logit_scale=1
     return (*(jnp.asarray(x, dtype) for x in (q, k, v)), jnp.asarray(lengths))
 
 
-def check(out, q, k, v, lengths, scale, dtype, what, tolerance=None):
+def check(out, q, k, v, lengths, scale, dtype, what, tolerance=None, segment_ids=None, window=None):
     assert out.shape == q.shape and out.dtype == dtype, (what, out.shape, out.dtype)
     out = np.asarray(out.astype(jnp.float32), np.float64)
     assert np.isfinite(out).all(), f"{what}: NaN or Inf in output"
     assert (out[np.asarray(lengths) == 0] == 0).all(), f"{what}: rows without keys must be zeros"
-    expected = attention_float64(q, k, v, lengths, scale)
+    expected = attention_float64(q, k, v, lengths, scale, segment_ids, window)
     np.testing.assert_allclose(out, expected, err_msg=what, **(tolerance or TOLERANCES[dtype]))
 
 
@@ -80,18 +92,22 @@ def run(impl, emulated, *args, **kwargs):
         return jax.jit(lambda q, k, v, l: attention(q, k, v, kv_lengths=l, impl=impl, **kwargs))(*args)
 
 
+def run_or_skip(impl, emulated, *args, **kwargs):
+    try:
+        return run(impl, emulated, *args, **kwargs)
+    except ValueError as error:  # e.g. cudnn with float32 on a GPU host, tpu_flash with a window
+        if "cannot run here" in str(error):
+            pytest.skip(str(error))
+        raise
+
+
 @pytest.mark.parametrize("impl, emulated", _cases())
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("seq, head_dim", [(128, 64), (200, 32)], ids=["seq128", "seq200"])
 def test_matches_float64(seeded_rng, impl, emulated, dtype, seq, head_dim):
     """128 is a whole number of blocks for every kernel; 200 is not."""
     q, k, v, lengths = make_inputs(seeded_rng, 4, seq, seq, 2, head_dim, dtype)
-    try:
-        out = run(impl, emulated, q, k, v, lengths)
-    except ValueError as error:  # e.g. cudnn with float32 on a GPU host
-        if "cannot run here" in str(error):
-            pytest.skip(str(error))
-        raise
+    out = run_or_skip(impl, emulated, q, k, v, lengths)
     check(out, q, k, v, lengths, head_dim**-0.5, dtype, f"{impl} seq {seq} {dtype.__name__}")
 
 
@@ -133,3 +149,108 @@ def test_without_kv_lengths_attends_to_everything(seeded_rng):
     q, k, v, full = make_inputs(seeded_rng, 4, 64, 64, 2, 32, jnp.float32, lengths=full)
     for impl in available_impls():
         check(jax.jit(lambda *a: attention(*a, impl=impl))(q, k, v), q, k, v, full, 32**-0.5, jnp.float32, impl)
+
+
+def packed_segment_ids(rng, seq: int) -> np.ndarray:
+    """[4, seq] int32 segment ids, one row each of: sequences of 1 token and longer
+    ones then a padding tail (segment 0); one sequence filling the row; one
+    sequence then padding; ids in no order and not contiguous (correctness must
+    not depend on the packing convention)."""
+    lengths = [1, 1, 3, 1, seq // 4, seq // 3]
+    first = np.concatenate([np.full(n, i + 1) for i, n in enumerate(lengths)])
+    rows = [
+        np.pad(first, (0, seq - first.size)),
+        np.ones(seq),
+        np.pad(np.ones(seq // 2 + 7), (0, seq - seq // 2 - 7)),
+        rng.choice([7, -3, 0, 2**31 - 1], seq),
+    ]
+    return np.stack(rows).astype(np.int32)
+
+
+def packed_inputs(rng, seq, dtype, head_dim=32):
+    q, k, v, lengths = make_inputs(rng, 4, seq, seq, 2, head_dim, dtype, lengths=(seq,) * 4)
+    return q, k, v, lengths, jnp.asarray(packed_segment_ids(rng, seq))
+
+
+# Windows smaller than every kernel's block, and larger than the row (which the
+# dispatch turns into no window, so natively only). Segment ids without a window:
+# test_packed_row_equals_each_sequence_alone.
+MASKS = [
+    (jnp.float32, 5, "f32-segments-window5", True),
+    (jnp.float32, 1000, "f32-segments-window1000", False),
+    (jnp.bfloat16, 40, "bf16-segments-window40", True),
+]
+
+
+@pytest.mark.parametrize(
+    "impl, emulated, dtype, window",
+    [pytest.param(*case.values, dtype, window, id=f"{name}-{case.id}")
+     for dtype, window, name, emulate_too in MASKS for case in _cases() if emulate_too or not case.values[1]],
+)
+def test_segments_and_window_match_float64(seeded_rng, impl, emulated, dtype, window):
+    """200 tokens: not a whole number of blocks for any kernel."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, dtype)
+    out = run_or_skip(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window)
+    what = f"{impl} segments window {window} {dtype.__name__}"
+    check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window)
+
+
+@pytest.mark.parametrize(
+    "impl, emulated, window",
+    [pytest.param(*c.values, None, id=c.id) for c in _cases()]
+    + [pytest.param(*c.values, 3, id=f"{c.id}-window3") for c in _cases() if not c.values[1]],
+)
+def test_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated, window):
+    """Each sequence's slice of a packed row (numbered 1, 2, ... with a padding
+    tail, as the pipeline packs) against that sequence computed alone. With a
+    window natively only: emulation is slow and windows are checked above."""
+    seq, sizes = 160, [1, 37, 2, 64, 5]
+    q, k, v, _ = make_inputs(seeded_rng, 1, seq, seq, 2, 32, jnp.float32, lengths=(seq,))
+    segments = np.zeros((1, seq), np.int32)
+    starts = np.cumsum([0, *sizes])
+    for i, (start, end) in enumerate(zip(starts, starts[1:])):
+        segments[0, start:end] = i + 1
+    out = run_or_skip(impl, emulated, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), window=window)
+    for start, end in zip(starts, starts[1:]):
+        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, window=window)
+        np.testing.assert_allclose(np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})",
+                                   **TOLERANCES[jnp.float32])
+
+
+@pytest.mark.parametrize("impl, emulated", _cases())
+def test_window_with_kv_lengths_and_cross_attention(seeded_rng, impl, emulated):
+    """A window without segment ids, with padding: queries far past a row's last
+    key see nothing and come out as zeros. Queries and keys of different lengths
+    (the window is over row positions)."""
+    q, k, v, lengths = make_inputs(seeded_rng, 3, 72, 136, 2, 32, jnp.float32, lengths=(20,))
+    out = run_or_skip(impl, emulated, q, k, v, lengths, window=17)
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"{impl} window 17", window=17)
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        lambda *a, **kw: blockwise_attention(*a, **kw, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
+        lambda *a, **kw: pallas_attention(*a, **kw, blocks=PallasBlocks(block_q=16, block_k=32)),
+    ],
+    ids=["blockwise", "pallas"],
+)
+@pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
+def test_many_small_blocks_with_segments_and_window(seeded_rng, kernel, window):
+    """Many blocks per row, so whole key blocks are skipped and sequences start
+    and end mid-block and on block edges."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
+    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window))(q, k, v, lengths, segments)
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"window {window}", segment_ids=segments, window=window)
+
+
+@pytest.mark.parametrize("impl, emulated", _cases())
+def test_scattered_segments_with_kv_lengths(seeded_rng, impl, emulated):
+    """Ids scattered over the row, with padded keys: queries past kv_length see
+    only earlier keys of their id within the window, or nothing and give zeros."""
+    window = 4
+    q, k, v, lengths = make_inputs(seeded_rng, 3, 136, 136, 2, 32, jnp.float32, lengths=(129,))
+    segments = jnp.asarray(seeded_rng.integers(1, 4, (3, 136)), jnp.int32)
+    out = run_or_skip(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window)
+    what = f"{impl} scattered window {window}"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window)

@@ -25,10 +25,11 @@ def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
     return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
 
 
-def trace(impl="auto", **shape):
+def trace(impl="auto", segments=False, window=None, **shape):
     """Traces attention without running it: enough to make every dispatch decision."""
     q = spec(**shape)
-    return jax.eval_shape(lambda q, k, v: attention(q, k, v, impl=impl), q, q, q)
+    ids = jax.ShapeDtypeStruct(q.shape[:2], jnp.int32) if segments else None
+    return jax.eval_shape(lambda q, k, v, s: attention(q, k, v, segment_ids=s, window=window, impl=impl), q, q, q, ids)
 
 
 @pytest.fixture
@@ -102,7 +103,7 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
     chosen = []
 
     def recorder(name):
-        return lambda q, k, v, kv_lengths, *, scale: chosen.append(name) or q
+        return lambda q, k, v, kv_lengths, segment_ids, *, scale, window: chosen.append(name) or q
 
     fakes = {name: dataclasses.replace(impl, fn=recorder(name)) for name, impl in _dispatch._IMPLS.items()}
     monkeypatch.setattr(_dispatch, "_IMPLS", fakes)
@@ -112,38 +113,74 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
     assert chosen == ["cudnn", "pallas", "reference"]
 
 
+@cpu_only
+def test_auto_with_segments_and_window(fresh_log):
+    """blockwise and pallas skip blocks; tpu_splash has both; tpu_flash no window."""
+    trace(seq=1024, segments=True, window=64)
+    choice = fresh_log.records[-1].getMessage()
+    assert choice.endswith("kv_seq 1024, head_dim 32, segment ids, window 64: using 'blockwise'"), choice
+    with tpu_interpret_mode():
+        trace(seq=1024, segments=True, window=64)
+        assert fresh_log.records[-1].getMessage().endswith("using 'tpu_splash'")
+        with pytest.raises(ValueError, match="'tpu_flash' cannot run here: JAX's TPU flash_attention has no sliding "
+                                             "window.*Can run here: reference, blockwise, pallas, tpu_splash"):
+            trace("tpu_flash", seq=1024, window=64)
+    assert all(r.levelno == logging.INFO for r in fresh_log.records)
+
+
+def test_auto_skips_cudnn_for_segments_and_window(fresh_log, pretend_gpu):
+    for masks, reason in [(dict(segments=True), "has no segment ids"), (dict(window=64), "window is causal")]:
+        trace(seq=1024, dtype=jnp.bfloat16, **masks)
+        warning = next(r.getMessage() for r in fresh_log.records if r.levelno == logging.WARNING)
+        assert "'cudnn' cannot run" in warning and reason in warning and "falling back to 'pallas'" in warning
+        fresh_log.clear()
+
+
 @pytest.mark.parametrize(
-    "bad",
+    "bad, message",
     [
-        dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)),
-        dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)),
-        dict(q=(2, 8, 16), k=(2, 8, 16)),
-        dict(q=(2, 8, 2, 16), k=(2, 8, 2, 16), lengths=(3,)),
+        (dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)), "differ in batch, heads or head_dim"),
+        (dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)), "differ in batch, heads or head_dim"),
+        (dict(q=(2, 8, 16), k=(2, 8, 16)), "shaped \\[batch, seq, heads, head_dim\\]"),
+        (dict(kv_lengths=jnp.zeros(3, jnp.int32)), "kv_lengths must be integers shaped \\[batch\\]"),
+        (dict(segment_ids=jnp.zeros((2, 9), jnp.int32)), "segment_ids must be integers shaped \\[batch, seq\\]"),
+        (dict(segment_ids=jnp.zeros((2, 8))), "segment_ids must be integers"),
+        (dict(k=(2, 12, 2, 16), segment_ids=jnp.zeros((2, 8), jnp.int32)), "segment_ids need self-attention"),
+        (dict(window=-1), "window must be a Python int >= 0"),
+        (dict(window=2.0), "window must be a Python int >= 0"),
+        (dict(window=True), "window must be a Python int >= 0"),
     ],
 )
-def test_rejects_malformed_inputs(bad):
-    q, k = jnp.zeros(bad["q"]), jnp.zeros(bad["k"])
-    lengths = jnp.zeros(bad["lengths"], jnp.int32) if "lengths" in bad else None
-    with pytest.raises(ValueError):
-        attention(q, k, k, kv_lengths=lengths)
+def test_rejects_malformed_inputs(bad, message):
+    q, k = jnp.zeros(bad.pop("q", (2, 8, 2, 16))), jnp.zeros(bad.pop("k", (2, 8, 2, 16)))
+    with pytest.raises(ValueError, match=message):
+        attention(q, k, k, **bad)
 
 
+@pytest.mark.parametrize("masks", [{}, dict(segments=True, window=64)], ids=["lengths", "segments-window"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("platform", ["tpu", "gpu"])
-def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype):
+def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype, masks):
     """Mosaic (TPU) and Triton (GPU) lowering run in Python, so a CPU host can check
     them; only the final device compilation needs the chip."""
     q, lengths = spec(seq=200, head_dim=64, dtype=dtype), jax.ShapeDtypeStruct((2,), jnp.int32)
-    fn = jax.jit(lambda q, k, v, l: pallas_attention(q, k, v, l, scale=0.125, platform=platform))
-    text = fn.trace(q, q, q, lengths).lower(lowering_platforms=({"gpu": "cuda"}.get(platform, platform),)).as_text()
-    assert ("tpu_custom_call" if platform == "tpu" else "triton") in text
+    segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
+    window = masks.get("window")
+    fn = jax.jit(lambda q, k, v, l, s: pallas_attention(q, k, v, l, s, scale=0.125, window=window, platform=platform))
+    lowered = fn.trace(q, q, q, lengths, segments).lower(lowering_platforms=({"gpu": "cuda"}.get(platform, platform),))
+    assert ("tpu_custom_call" if platform == "tpu" else "triton") in lowered.as_text()
 
 
+@pytest.mark.parametrize("masks", [{}, dict(segments=True, window=64)], ids=["lengths", "segments-window"])
 @pytest.mark.parametrize("kernel", [tpu_flash_attention, tpu_splash_attention], ids=["tpu_flash", "tpu_splash"])
-def test_jax_tpu_kernels_lower_for_tpu(kernel):
+def test_jax_tpu_kernels_lower_for_tpu(kernel, masks):
+    if kernel is tpu_flash_attention and "window" in masks:
+        masks = dict(segments=True)  # it has no window (see its limits)
     q, lengths = spec(seq=200, head_dim=64, dtype=jnp.bfloat16), jax.ShapeDtypeStruct((2,), jnp.int32)
-    fn = jax.jit(lambda q, k, v, l: kernel(q, k, v, l, scale=0.125))
-    assert "tpu_custom_call" in fn.trace(q, q, q, lengths).lower(lowering_platforms=("tpu",)).as_text()
+    segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
+    window = masks.get("window")
+    fn = jax.jit(lambda q, k, v, l, s: kernel(q, k, v, l, s, scale=0.125, window=window))
+    assert "tpu_custom_call" in fn.trace(q, q, q, lengths, segments).lower(lowering_platforms=("tpu",)).as_text()
 
 
 SHARD_MAP_SCRIPT = textwrap.dedent(
@@ -175,6 +212,16 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
         assert out.sharding.spec == heads, out.sharding
         np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
         print("ok", impl)
+    # Packed rows with a window: segment ids replicated, heads split.
+    segments = jnp.asarray(np.repeat([[1, 2, 2, 0], [1, 1, 1, 1]], 18, axis=1), jnp.int32)
+    expected = attention(q, k, v, kv_lengths=lengths, segment_ids=segments, window=9, impl="reference")
+    for impl, check_vma, emulate in [("blockwise", True, False), ("tpu_splash", False, True)]:
+        with tpu_interpret_mode() if emulate else contextlib.nullcontext():
+            body = lambda q, k, v, l, s: attention(q, k, v, kv_lengths=l, segment_ids=s, window=9, impl=impl)
+            out = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(heads, heads, heads, P(), P()),
+                                        out_specs=heads, check_vma=check_vma))(q, k, v, lengths, segments)
+        np.testing.assert_allclose(out, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
+        print("ok", impl)
     for impl, emulate in [("pallas", False), ("tpu_splash", True)]:
         with tpu_interpret_mode() if emulate else contextlib.nullcontext():
             try:
@@ -196,4 +243,5 @@ def test_inside_shard_map_with_heads_split():
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert result.stdout.split() == ["ok", "auto", "ok", "reference", "ok", "blockwise", "ok", "pallas",
-                                     "ok", "pallas", "ok", "tpu_splash", "refused", "pallas", "refused", "tpu_splash"]
+                                     "ok", "pallas", "ok", "tpu_splash", "ok", "blockwise", "ok", "tpu_splash",
+                                     "refused", "pallas", "refused", "tpu_splash"]

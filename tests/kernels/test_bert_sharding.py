@@ -9,16 +9,15 @@ here judge.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pipeline.encoder import EncoderConfig, parse_mesh
+from pipeline.encode.encoder import EncoderConfig, parse_mesh
 from pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,12 +47,12 @@ def measure_on_8_devices() -> dict:
     import jax
     import jax.numpy as jnp
 
-    from kernels import bert
+    from kernels import encoders
     from pipeline import Embedder
-    from pipeline import model as model_dir
-    from pipeline.batching import BatchingConfig, plan_batches
-    from pipeline.encoder import Encoder
-    from pipeline.tokenizer import Tokenizer
+    from pipeline.encode import model_dir
+    from pipeline.encode.batching import BatchingConfig, pack_batches
+    from pipeline.encode.encoder import Encoder, _embed
+    from pipeline.text.tokenizer import Tokenizer
 
     assert len(jax.devices()) == DEVICES, jax.devices()
     texts = real_texts()
@@ -61,11 +60,12 @@ def measure_on_8_devices() -> dict:
 
     # The unsharded forward pass: plain jit on whole arrays, one device, the same batches.
     ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(texts, spec.max_seq_length)
-    params = bert.cast_params(model_dir.load_params(spec), jnp.float32)
-    unsharded = jax.jit(lambda p, i, n: bert.pool(bert.forward(p, i, n, spec.bert), n, mode=spec.pooling,
-                                                   normalize=spec.normalize))
+    params = encoders.cast_params(model_dir.load_params(spec), jnp.float32)
+    # The encoder's own per-device function, called on whole arrays (rules None: no mesh).
+    unsharded = jax.jit(functools.partial(_embed, cfg=spec.arch, pooling=spec.pooling, normalize=spec.normalize,
+                                          attention_impl="auto", rules=None))
     expected = np.empty((len(texts), spec.dim), np.float32)
-    for batch in plan_batches(ids, BatchingConfig(spec.max_seq_length, BATCH_SIZE)):
+    for batch in pack_batches(ids, BatchingConfig(spec.max_seq_length, BATCH_SIZE)):
         expected[batch.rows] = np.asarray(unsharded(params, batch.ids_BT, batch.lengths_B))[: len(batch.rows)]
 
     meshes = {}
@@ -106,12 +106,9 @@ def measure_on_8_devices() -> dict:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("sharding") / "measured.json"
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={DEVICES}", "JAX_PLATFORMS": "cpu"}
-    child = subprocess.run([sys.executable, __file__, str(out)], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=300)
-    assert child.returncode == 0, child.stderr[-4000:]
-    return json.loads(out.read_text())
+    from support import run_on_cpu_devices
+
+    return run_on_cpu_devices(Path(__file__), tmp_path_factory.mktemp("sharding") / "measured.json", DEVICES, 300)
 
 
 @pytest.mark.parametrize("mesh", MESHES)

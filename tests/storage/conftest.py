@@ -31,15 +31,16 @@ class Servers:
         except BaseException:
             self.moto.stop()
             raise
-        self.s3_proxy = FaultProxy(self.moto.url, "s3")
-        self.s3 = s3_client(self.moto.url, self.creds)  # direct, never through the proxy
+        # The jobs reach each server through its proxy; the tests' own setup goes direct.
+        self.proxies = {"s3": FaultProxy(self.moto.url, "s3"), "gs": FaultProxy(self.gcs.url, "gcs")}
+        self.s3 = s3_client(self.moto.url, self.creds)
 
     def env(self, model_cache: Path) -> dict:
         return {
             **self.creds,
-            "AWS_ENDPOINT_URL": self.s3_proxy.url,
+            "AWS_ENDPOINT_URL": self.proxies["s3"].url,
             "AWS_REGION": REGION,
-            "STORAGE_EMULATOR_HOST": self.gcs.url,
+            "STORAGE_EMULATOR_HOST": self.proxies["gs"].url,
             "DOCEMBED_MODEL_CACHE": str(model_cache),
         }
 
@@ -55,8 +56,13 @@ class Servers:
         )
         urllib.request.urlopen(req).read()
 
+    def reset_faults(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.reset()
+
     def stop(self) -> None:
-        self.s3_proxy.stop()
+        for proxy in self.proxies.values():
+            proxy.stop()
         self.gcs.stop()
         self.moto.stop()
 
@@ -99,7 +105,7 @@ def storage_ray(servers, tmp_path_factory):
         ray.shutdown()
     saved = dict(os.environ)
     os.environ.update(servers.env(tmp_path_factory.mktemp("model-cache")))
-    servers.s3_proxy.reset()
+    servers.reset_faults()
     try:
         context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         yield context.address_info["gcs_address"]

@@ -6,7 +6,12 @@
 - GCS: gcp-storage-emulator in a subprocess (it checks no credentials).
 - FaultProxy: a threaded HTTP/1.1 proxy in front of either, which fails a fraction
   of requests with 503 SlowDown (S3) or 503 (GCS), slows others down, or stays
-  down; the jobs under test point their endpoint at it.
+  down; the jobs under test point their endpoint at it. It fails a request
+  before forwarding it, never after: a failed request is one the server never
+  applied, as with a real 503, so a client's retry is always correct to make.
+
+The emulator answers one question of GCS's resumable-upload protocol wrongly,
+and the proxy answers it as GCS does (`_ResumableSessions`): see there.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import boto3
@@ -122,22 +128,67 @@ _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer",
 
 
 class FaultProxy:
-    """Forwards HTTP to `target`; fails `fail_rate` of requests with 503, delays `slow_rate` of them.
+    """A fault proxy in a process of its own, forwarding to `target`, and this test's handle on it.
 
-    `down = True` fails every request. Counters say what it did. Seeded, so a run is repeatable.
+    Set `fail_rate` (requests failed with 503), `slow_rate` (requests delayed by
+    `slow_seconds`) and `down` (every request fails) as attributes; `counts` says
+    what it did; `reset()` ends the faults and restarts the seeded sequence, so a run is repeatable.
+
+    Its own process, because pyarrow's GcsFileSystem keeps the GIL through some
+    requests (`open_input_file` waits for its metadata with it held): a proxy on
+    a thread of the process making them could never answer.
     """
 
+    _SETTINGS = ("fail_rate", "slow_rate", "slow_seconds", "down")
+
     def __init__(self, target: str, flavour: str, seed: int = 5):
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__, target, flavour, str(seed)], stdout=subprocess.PIPE, text=True
+        )
+        self.url = self._proc.stdout.readline().strip()
+        if not self.url:
+            raise RuntimeError(f"fault proxy for {target} exited with {self._proc.wait()}")
+
+    def __setattr__(self, name, value):
+        if name in self._SETTINGS:
+            self._control("POST", {name: value})
+        else:
+            super().__setattr__(name, value)
+
+    @property
+    def counts(self) -> collections.Counter:
+        return collections.Counter(self._control("GET"))
+
+    def reset(self) -> None:
+        self._control("POST", {"reset": True})
+
+    def stop(self) -> None:
+        self._proc.terminate()
+        self._proc.wait(10)
+
+    def _control(self, method: str, settings: dict | None = None) -> dict:
+        data = None if settings is None else json.dumps(settings).encode()
+        req = urllib.request.Request(self.url + _CONTROL_PATH, data=data, method=method)
+        with urllib.request.urlopen(req, timeout=10) as response:
+            return json.loads(response.read())
+
+
+# No bucket name starts with "_": this path never reaches the server behind.
+_CONTROL_PATH = "/_fault-proxy"
+
+
+class _ProxyServer:
+    """The proxy itself (FaultProxy's process): a threaded HTTP/1.1 server forwarding to `target`."""
+
+    def __init__(self, target: str, flavour: str, seed: int):
         self.target = target.replace("http://", "")
         self.flavour = flavour  # "s3" or "gcs": the shape of the error body
-        self.fail_rate = 0.0
-        self.slow_rate = 0.0
-        self.slow_seconds = 0.3
-        self.down = False
+        self.settings = {"fail_rate": 0.0, "slow_rate": 0.0, "slow_seconds": 0.3, "down": False}
         self.counts = collections.Counter()
         self._seed = seed
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
+        self._sessions = _ResumableSessions() if flavour == "gcs" else None
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -147,45 +198,56 @@ class FaultProxy:
                 pass
 
             def _any(self):
-                proxy._handle(self)
+                if self.path == _CONTROL_PATH:
+                    proxy._control(self)
+                else:
+                    proxy._handle(self)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _any
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
 
-    def reset(self) -> None:
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def _control(self, h: http.server.BaseHTTPRequestHandler) -> None:
+        body = _read_body(h)
         with self._lock:
-            self.fail_rate = self.slow_rate = 0.0
-            self.down = False
-            self.counts.clear()
-            self._rng = random.Random(self._seed)
+            change = json.loads(body) if body else {}
+            if change.pop("reset", False):
+                self.settings.update(fail_rate=0.0, slow_rate=0.0, down=False)
+                self.counts.clear()
+                self._rng = random.Random(self._seed)
+            self.settings.update(change)
+            payload = json.dumps(self.counts).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", str(len(payload)))
+        h.end_headers()
+        h.wfile.write(payload)
 
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _decide(self) -> str:
+    def _decide(self) -> tuple[str, float]:
+        """What to do with a request ("fail", "slow" or "pass"), and how long a slow one waits."""
         with self._lock:
             self.counts["requests"] += 1
-            if self.down:
+            settings = self.settings
+            if settings["down"]:
                 self.counts["failed"] += 1
-                return "fail"
+                return "fail", 0.0
             r = self._rng.random()
-            if r < self.fail_rate:
+            if r < settings["fail_rate"]:
                 self.counts["failed"] += 1
-                return "fail"
-            if r < self.fail_rate + self.slow_rate:
+                return "fail", 0.0
+            if r < settings["fail_rate"] + settings["slow_rate"]:
                 self.counts["slowed"] += 1
-                return "slow"
-            return "pass"
+                return "slow", settings["slow_seconds"]
+            return "pass", 0.0
 
     def _handle(self, h: http.server.BaseHTTPRequestHandler) -> None:
         body = _read_body(h)
-        action = self._decide()
+        action, delay = self._decide()
         if action == "fail":
             if self.flavour == "s3":
                 payload = (
@@ -204,7 +266,7 @@ class FaultProxy:
                 h.wfile.write(payload)
             return
         if action == "slow":
-            time.sleep(self.slow_seconds)
+            time.sleep(delay)
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP_BY_HOP}
         if body is not None:
             headers["Content-Length"] = str(len(body))
@@ -213,10 +275,13 @@ class FaultProxy:
             conn.request(h.command, h.path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
+            dropped = (*_HOP_BY_HOP, "content-length", "server", "date")
+            answer = [(k, v) for k, v in resp.getheaders() if k.lower() not in dropped]
+            if self._sessions is not None:
+                answer = self._sessions.answer(h.path, h.headers.get("Content-Range"), resp.status, answer)
             h.send_response(resp.status, resp.reason)
-            for k, v in resp.getheaders():
-                if k.lower() not in _HOP_BY_HOP and k.lower() != "content-length":
-                    h.send_header(k, v)
+            for k, v in answer:
+                h.send_header(k, v)
             length = resp.getheader("Content-Length") if h.command == "HEAD" else str(len(data))
             h.send_header("Content-Length", length or "0")
             h.end_headers()
@@ -224,6 +289,39 @@ class FaultProxy:
                 h.wfile.write(data)
         finally:
             conn.close()
+
+
+class _ResumableSessions:
+    """GCS resumable uploads through the proxy, answered as GCS answers them.
+
+    pyarrow's GcsFileSystem (google-cloud-cpp) writes every object through a
+    resumable session: a POST opens it, PUTs carry `Content-Range: bytes S-E/TOTAL`.
+    When a PUT fails, the client asks what the session holds (a PUT with
+    `Content-Range: bytes */*`) and resumes after the last byte of the 308's
+    `Range: bytes=0-N`; GCS sends no Range header while it holds nothing.
+    gcp-storage-emulator sends `Range: bytes=0-0` then: the client resumes at
+    byte 1, and the emulator refuses that PUT ("Invalid Content-Range start:
+    expected 0, got 1", a 400 the client takes as permanent), so an upload whose
+    first PUT failed fails for good. Here the proxy remembers which sessions the
+    emulator has taken bytes into (a forwarded PUT with a body that it answered
+    with 308 or 2xx) and drops the Range header from the answer about any other.
+    """
+
+    def __init__(self):
+        self._holding: set[str] = set()
+        self._lock = threading.Lock()
+
+    def answer(self, path: str, content_range: str | None, status: int, headers: list) -> list:
+        upload_id = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query).get("upload_id")
+        if not upload_id or not content_range:
+            return headers
+        session, asks = upload_id[0], content_range.strip().startswith("bytes */")
+        with self._lock:
+            if not asks and (status == 308 or 200 <= status < 300):
+                self._holding.add(session)
+            if asks and status == 308 and session not in self._holding:
+                return [(k, v) for k, v in headers if k.lower() != "range"]
+        return headers
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
@@ -247,3 +345,10 @@ def _read_body(h: http.server.BaseHTTPRequestHandler) -> bytes | None:
             h.rfile.readline()
     length = int(h.headers.get("Content-Length") or 0)
     return h.rfile.read(length) if length else (b"" if h.command in ("PUT", "POST", "PATCH") else None)
+
+
+if __name__ == "__main__":
+    # FaultProxy's process: `storage_servers.py TARGET FLAVOUR SEED`; prints its URL, serves until terminated.
+    server = _ProxyServer(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    print(server.url, flush=True)
+    server.serve_forever()

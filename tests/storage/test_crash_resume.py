@@ -1,4 +1,4 @@
-"""Crash and resume: the job's driver is SIGKILLed at several points, then rerun, on S3 (moto) and local files.
+"""Crash and resume: the driver is SIGKILLed at several points, then rerun; on S3, GCS and local files.
 
 Each driver is a real process (`jobs/embed.py`'s `main`) connected to this module's
 Ray, as a `ray job submit` driver is to its cluster; it is killed with SIGKILL
@@ -9,7 +9,7 @@ resumes; the last one must match a clean run exactly.
 
 The drivers run with small encoder calls so that this small corpus is committed
 in many steps and each kill point falls inside the run.
-Both stores: an object store commits a part with one PUT, a local directory by
+Every store: an object store commits a part with one upload, a local directory by
 a rename out of `_staging/`.
 """
 
@@ -38,15 +38,16 @@ ARGS = ["--overlap", "16", "--group-size", str(GROUP)]
 DRIVER = Path(__file__).with_name("crash_driver.py")
 
 
-@pytest.fixture(scope="module", params=["s3", "local"])
+@pytest.fixture(scope="module", params=["s3", "gs", "local"])
 def place(request, servers, storage_ray, corpus, tmp_path_factory) -> tuple[str, str]:
     """(the corpus's location, a folder for outputs) on one store."""
     if request.param == "local":
         return str(corpus), str(tmp_path_factory.mktemp("crash-out"))
+    scheme = request.param
     for bucket in ("crash-in", "crash-out"):
-        servers.make_bucket("s3", bucket)
-    upload(corpus, "s3://crash-in/corpus")
-    return "s3://crash-in/corpus", "s3://crash-out"
+        servers.make_bucket(scheme, bucket)
+    upload(corpus, f"{scheme}://crash-in/corpus")
+    return f"{scheme}://crash-in/corpus", f"{scheme}://crash-out"
 
 
 @pytest.fixture(scope="module")

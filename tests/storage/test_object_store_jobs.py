@@ -33,8 +33,9 @@ def stores(servers, storage_ray, corpus, tmp_path_factory):
         servers.make_bucket(scheme, "jobs-in")
         servers.make_bucket(scheme, "jobs-out")
         upload(corpus, f"{scheme}://jobs-in/corpus")
-    servers.make_bucket("s3", "models")
-    upload(default_model_dir(), "s3://models/minilm")
+    for scheme in ("s3", "gs"):
+        servers.make_bucket(scheme, "models")
+        upload(default_model_dir(), f"{scheme}://models/minilm")
     local_out = tmp_path_factory.mktemp("reference") / "out"
     run_job(JobConfig(inputs=(str(corpus),), output=str(local_out), overlap=16, group_size=GROUP))
     return {"reference": read_table(str(local_out)), "reference_errors": read_errors(str(local_out)), "corpus": corpus}
@@ -90,13 +91,13 @@ def test_model_directory_from_s3_is_fetched_once_and_reused(stores, servers, tmp
     cache = tmp_path / "cache"
     os.environ["DOCEMBED_MODEL_CACHE"] = str(cache)  # this process only; the module's Ray has its own
     try:
-        servers.s3_proxy.counts.clear()
+        servers.proxies["s3"].reset()
         first = Embedder.load("s3://models/minilm")
-        fetched = servers.s3_proxy.counts["requests"]
+        fetched = servers.proxies["s3"].counts["requests"]
         (copy,) = [p for p in cache.iterdir() if p.is_dir()]
         stamps = {p: p.stat().st_mtime_ns for p in copy.rglob("*")}
         second = Embedder.load("s3://models/minilm")
-        assert servers.s3_proxy.counts["requests"] - fetched <= 2  # a listing to check the copy, no download
+        assert servers.proxies["s3"].counts["requests"] - fetched <= 2  # a listing to check the copy, no download
         assert {p: p.stat().st_mtime_ns for p in copy.rglob("*")} == stamps
     finally:
         del os.environ["DOCEMBED_MODEL_CACHE"]
@@ -106,25 +107,26 @@ def test_model_directory_from_s3_is_fetched_once_and_reused(stores, servers, tmp
     np.testing.assert_allclose(second.embed(text), first.embed(text), atol=1e-6)
 
 
-def test_job_with_model_from_s3_and_transient_faults(stores, servers):
-    """10% of S3 requests fail with 503 SlowDown and 10% are slowed; the output is the same."""
-    base, output = "s3://jobs-in/corpus", "s3://jobs-out/faults"
-    proxy = servers.s3_proxy
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_job_with_model_from_storage_and_transient_faults(stores, servers, scheme):
+    """10% of requests fail with 503 (SlowDown on S3) and 10% are slowed; the output is the same."""
+    base, output, model = f"{scheme}://jobs-in/corpus", f"{scheme}://jobs-out/faults", f"{scheme}://models/minilm"
+    proxy = servers.proxies[scheme]
     proxy.reset()
     proxy.fail_rate, proxy.slow_rate, proxy.slow_seconds = 0.1, 0.1, 0.2
     try:
-        run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP, model="s3://models/minilm"))
+        run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP, model=model))
         assert proxy.counts["failed"] >= 5, proxy.counts
     finally:
         proxy.reset()
     check_output(output, base, stores["reference"], stores["corpus"])
-    assert read_report(output)["model"]["id"] == "s3://models/minilm"
+    assert read_report(output)["model"]["id"] == model
 
 
 def test_storage_down_fails_loudly_then_resume_completes(stores, servers):
     """S3 goes down once the first part is committed: the job fails in one line, marks nothing; a rerun finishes."""
     base, output = "s3://jobs-in/corpus", "s3://jobs-out/down"
-    proxy = servers.s3_proxy
+    proxy = servers.proxies["s3"]
     proxy.reset()
     stop = threading.Event()
 

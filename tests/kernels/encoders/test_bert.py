@@ -9,13 +9,12 @@ the default's shapes.
 import json
 import math
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from kernels import bert
-from pipeline import model as model_dir
+from kernels import encoders
+from pipeline.encode import model_dir
 
 CONFIG = {
     "model_type": "bert",
@@ -104,30 +103,22 @@ def checkpoint(tmp_path):
 def test_forward_matches_float64_numpy_on_any_bert_shape(checkpoint, impl):
     path, tensors, rng = checkpoint
     spec = model_dir.resolve(str(path))
-    assert (spec.pooling, spec.normalize, spec.max_seq_length) == ("mean", False, 40)
+    assert (spec.arch.family, spec.pooling, spec.normalize, spec.max_seq_length) == ("bert", "mean", False, 40)
     params = model_dir.load_params(spec)
     lengths = np.array([40, 17, 1], np.int32)
     ids = rng.integers(0, CONFIG["vocab_size"], size=(3, 40)).astype(np.int32)
-    hidden = np.asarray(bert.forward(params, ids, lengths, spec.bert, attention_impl=impl))
+    positions = np.broadcast_to(np.arange(40, dtype=np.int32), ids.shape)
+    segments = (positions < lengths[:, None]).astype(np.int32)
+    hidden = np.asarray(encoders.forward(params, ids, segments, positions, spec.arch, attention_impl=impl))
     for row, n in enumerate(lengths):
         expected = numpy_bert(tensors, CONFIG, ids[row], n)
         np.testing.assert_allclose(hidden[row, :n], expected, atol=2e-4, rtol=1e-4)
 
 
-def test_pooling_modes():
-    hidden = jnp.asarray(np.arange(2 * 4 * 3, dtype=np.float32).reshape(2, 4, 3))
-    lengths = jnp.array([2, 4])
-    mean = np.asarray(bert.pool(hidden, lengths, mode="mean", normalize=False))
-    np.testing.assert_allclose(mean[0], np.asarray(hidden)[0, :2].mean(0))
-    np.testing.assert_allclose(mean[1], np.asarray(hidden)[1].mean(0))
-    cls = np.asarray(bert.pool(hidden, lengths, mode="cls", normalize=True))
-    np.testing.assert_allclose(cls, np.asarray(hidden)[:, 0] / np.linalg.norm(np.asarray(hidden)[:, 0], axis=1, keepdims=True), rtol=1e-6)
-
-
 def test_unsupported_configs_are_refused():
-    with pytest.raises(ValueError, match="hidden_act"):
-        bert.BertConfig.from_hf({**CONFIG, "hidden_act": "swish"})
-    with pytest.raises(ValueError, match="divisible"):
-        bert.BertConfig.from_hf({**CONFIG, "num_attention_heads": 5})
-    with pytest.raises(ValueError, match="position_embedding_type"):
-        bert.BertConfig.from_hf({**CONFIG, "position_embedding_type": "relative_key"})
+    with pytest.raises(encoders.UnsupportedModel, match="hidden_act"):
+        encoders.config_from_hf({**CONFIG, "hidden_act": "mish"})
+    with pytest.raises(encoders.UnsupportedModel, match="divisible"):
+        encoders.config_from_hf({**CONFIG, "num_attention_heads": 5})
+    with pytest.raises(encoders.UnsupportedModel, match="position_embedding_type"):
+        encoders.config_from_hf({**CONFIG, "position_embedding_type": "relative_key"})

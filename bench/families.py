@@ -1,0 +1,186 @@
+"""Throughput of every encoder family at long windows, and the encoder's peak memory at 8,192
+tokens with blockwise against reference attention.
+
+    python bench/families.py                       # windows 512, 2048, 8192; 2 rounds
+    python bench/families.py --windows 512,2048 --rounds 3 --layers 4
+
+Each family runs a base-size configuration (the config.json of a published
+model, read by `kernels.encoders.config_from_hf`) with random weights from
+`init_params`: no download, no torch. A call encodes --tokens tokens: full rows
+of one window each (8192 tokens = 16 rows at 512, 1 row at 8192), every token
+real. Rounds alternate families and windows so that load from other work on a
+shared machine falls on all of them alike; each figure is the median over rounds
+with its spread, and the per-round ratio to the family's own rate at the first
+window is quoted too. A window longer than a model's positions is skipped
+(`check_window`), as the job would refuse it.
+
+Peak memory is XLA's compiled memory analysis of the whole forward pass at the
+largest window, one row: temp (activations) and temp + arguments + output
+(weights included). Nothing is run for it, so reference attention's [N, T, T]
+scores at 8,192 cost no memory here. Never run as a test; results go in
+BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Run as a script from anywhere: the repository root holds the `kernels` package.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from kernels import encoders  # noqa: E402
+
+# Published configs (the fields that shape the computation), one per family.
+CONFIGS = {
+    "bert (bert-base-uncased)": {
+        "model_type": "bert", "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512, "hidden_act": "gelu",
+    },
+    # bge-m3 is XLM-RoBERTa large (1024 x 24); base dims with its 8,194 positions keep the rounds short.
+    "xlm-roberta (base, bge-m3's positions)": {
+        "model_type": "xlm-roberta", "vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 8194, "pad_token_id": 1,
+        "type_vocab_size": 1, "hidden_act": "gelu",
+    },
+    "modernbert (ModernBERT-base)": {
+        "model_type": "modernbert", "vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22,
+        "num_attention_heads": 12, "intermediate_size": 1152, "max_position_embeddings": 8192,
+        "global_attn_every_n_layers": 3, "local_attention": 128, "global_rope_theta": 160000.0,
+        "local_rope_theta": 10000.0, "hidden_activation": "gelu",
+    },
+    "nomic_bert (nomic-embed-text-v1.5)": {
+        "model_type": "nomic_bert", "vocab_size": 30528, "n_embd": 768, "n_layer": 12, "n_head": 12,
+        "n_inner": 3072, "n_positions": 8192, "rotary_emb_base": 1000, "activation_function": "swiglu",
+        "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "layer_norm_epsilon": 1e-12,
+    },
+    "gte (gte-base-en-v1.5)": {
+        "model_type": "new", "vocab_size": 30528, "hidden_size": 768, "num_hidden_layers": 12,
+        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 8192,
+        "rope_theta": 500000.0, "rope_scaling": {"type": "ntk", "factor": 2.0}, "type_vocab_size": 0,
+        "hidden_act": "gelu",
+    },
+}
+MEMORY_BOUND = 1 / 4  # blockwise peak / reference peak at the largest window
+
+
+def cpu_name() -> str:
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    except OSError:
+        return platform.processor()
+    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
+    flags = set(fields.get("Flags", "").split())
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in flags]
+    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs, {' '.join(isa)}"
+
+
+def rows(window: int, tokens: int):
+    """ids, segments, positions for tokens // window full rows of one sequence each."""
+    B = max(1, tokens // window)
+    ids = jnp.asarray(np.random.default_rng(window).integers(5, 1000, (B, window)), jnp.int32)
+    positions = jnp.broadcast_to(jnp.arange(window, dtype=jnp.int32), (B, window))
+    return ids, jnp.ones((B, window), jnp.int32), positions
+
+
+def compiled_forward(params, cfg, window: int, tokens: int, impl: str):
+    fn = jax.jit(lambda p, i, s, q: encoders.forward(p, i, s, q, cfg, attention_impl=impl))
+    return fn.lower(params, *rows(window, tokens)).compile()
+
+
+def peak_bytes(params, cfg, window: int, impl: str) -> tuple[int, int]:
+    """(temp, temp + arguments + output) bytes of one row at `window`."""
+    memory = compiled_forward(params, cfg, window, window, impl).memory_analysis()
+    temp = memory.temp_size_in_bytes
+    return temp, temp + memory.argument_size_in_bytes + memory.output_size_in_bytes
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--windows", default="512,2048,8192")
+    parser.add_argument("--tokens", type=int, default=8192, help="tokens per timed call")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--layers", type=int, help="cut every model to this many layers (default: its own)")
+    parser.add_argument("--families", help="comma-separated substrings of the family names (default: all)")
+    args = parser.parse_args()
+    windows = [int(w) for w in args.windows.split(",")]
+    chosen = {name: config for name, config in CONFIGS.items()
+              if not args.families or any(f in name for f in args.families.split(","))}
+
+    print(f"# bench/families.py, {datetime.date.today()}, {cpu_name()}, jax {jax.__version__}, "
+          f"{jax.devices()[0].platform}, float32, attention 'auto'")
+    models, calls = {}, {}
+    for name, config in chosen.items():
+        cfg = encoders.config_from_hf(config)
+        if args.layers:
+            cfg = dataclasses.replace(cfg, num_layers=args.layers, layer_kinds=cfg.layer_kinds[:args.layers])
+        models[name] = (cfg, jax.device_put(encoders.init_params(cfg)))
+        for window in windows:
+            try:
+                encoders.check_window(cfg, window)
+            except encoders.WindowTooLong:
+                continue
+            start = time.perf_counter()
+            calls[name, window] = (compiled_forward(models[name][1], cfg, window, args.tokens, "auto"),
+                                   rows(window, args.tokens))
+            print(f"compiled {name} at {window} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+
+    largest = max(windows)
+    print(f"\n## peak memory of the forward pass at {largest} tokens, one row (XLA memory analysis), MiB")
+    print("| family | blockwise temp | reference temp | temp ratio | blockwise total | reference total "
+          f"| total ratio | <= {MEMORY_BOUND:g} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, (cfg, params) in models.items():
+        try:
+            encoders.check_window(cfg, largest)
+        except encoders.WindowTooLong:
+            continue
+        (bt, btot), (rt, rtot) = (peak_bytes(params, cfg, largest, impl) for impl in ("blockwise", "reference"))
+        mib = lambda b: f"{b / 2**20:,.0f}"  # noqa: E731
+        print(f"| {name} | {mib(bt)} | {mib(rt)} | {bt / rt:.3f} | {mib(btot)} | {mib(rtot)} | {btot / rtot:.3f} "
+              f"| {'yes' if btot / rtot <= MEMORY_BOUND else 'NO'} |", flush=True)
+
+    # Compiled ahead of time, so no round compiles; every round counts.
+    rates: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
+    for round_ in range(args.rounds):
+        for (name, window), (fn, batch) in calls.items():
+            params = models[name][1]
+            start = time.perf_counter()
+            fn(params, *batch).block_until_ready()
+            seconds = time.perf_counter() - start
+            rates[name, window].append(batch[0].size / seconds)
+            print(f"round {round_} {name} {window}: {seconds:.2f}s", file=sys.stderr)
+
+    print(f"\n## tokens/s, {args.tokens} tokens per call, median [min-max] of {args.rounds} rounds")
+    print("| family | " + " | ".join(f"window {w}" for w in windows) + " | " +
+          " | ".join(f"{w} / {windows[0]}" for w in windows[1:]) + " |")
+    print("|---|" + "---:|" * (2 * len(windows) - 1))
+    for name in chosen:
+        cells = [spread(rates[name, w]) if (name, w) in rates else "beyond its positions" for w in windows]
+        ratios = []
+        for w in windows[1:]:
+            if (name, w) in rates and (name, windows[0]) in rates:
+                per_round = [a / b for a, b in zip(rates[name, w], rates[name, windows[0]])]
+                ratios.append(f"{statistics.median(per_round):.2f} [{min(per_round):.2f}-{max(per_round):.2f}]")
+            else:
+                ratios.append("-")
+        print(f"| {name} | " + " | ".join(cells + ratios) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""Encoder families behind one dispatch: BERT, XLM-RoBERTa, ModernBERT, NomicBERT, GTE.
+
+    cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
+    params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
+    hidden_BTD = forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=..., rules=...)
+    pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # mean / cls / lasttoken per segment
+    param_axes(params), cast_params(params, dtype), normalize(x), check_window(cfg, n_tokens)
+    init_params(cfg)                           # random weights in the same layout, for benchmarks
+
+Each family module reads its config.json layouts and tensor names into the
+layout of `_blocks`, whose one `forward` runs them all. The family comes from
+config.json's `model_type`, or, without one, from `architectures`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, Mapping
+
+import numpy as np
+
+from kernels.encoders import bert, gte, modernbert, nomic_bert, xlm_roberta
+from kernels.encoders._blocks import (
+    CheckpointMismatch,
+    LayerKind,
+    ModelConfig,
+    Params,
+    Rope,
+    UnsupportedModel,
+    WindowTooLong,
+    cast_params,
+    check_window,
+    forward,
+    init_params,
+    logical,
+    param_axes,
+)
+from kernels.encoders._pooling import POOLING_MODES, normalize, pool
+
+FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, xlm_roberta, modernbert, nomic_bert, gte)}
+# config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
+MODEL_TYPES = {"bert": "bert", "xlm-roberta": "xlm-roberta", "roberta": "xlm-roberta", "modernbert": "modernbert",
+               "nomic_bert": "nomic_bert", "gte": "gte", "new": "gte"}
+# An `architectures` entry's model name (before "Model" / "For...") -> family, for configs without model_type.
+ARCHITECTURES = {"Bert": "bert", "XLMRoberta": "xlm-roberta", "Roberta": "xlm-roberta", "ModernBert": "modernbert",
+                 "NomicBert": "nomic_bert", "Gte": "gte", "New": "gte"}
+
+
+def _family(config: Mapping[str, Any]) -> ModuleType:
+    model_type = config.get("model_type")
+    if model_type in MODEL_TYPES:
+        return FAMILIES[MODEL_TYPES[model_type]]
+    architectures = list(config.get("architectures") or [])
+    if model_type is None:
+        for architecture in architectures:
+            name = architecture.split("For")[0].removesuffix("Model")
+            if name in ARCHITECTURES:
+                return FAMILIES[ARCHITECTURES[name]]
+    raise UnsupportedModel(f"model_type {model_type!r} (architectures {architectures}) is not supported; "
+                           f"supported model_types: {', '.join(MODEL_TYPES)}")
+
+
+def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
+    """The architecture from a config.json dict. UnsupportedModel for another family or an
+    option not implemented; KeyError for a missing required field."""
+    return _family(config).config_from_hf(config)
+
+
+def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
+    """A state dict (name -> numpy array, any float dtype) -> the float32 pytree `forward` takes.
+    CheckpointMismatch for missing tensors or shapes that contradict the config."""
+    return FAMILIES[cfg.family].params_from_hf(tensors, cfg)
+
+
+__all__ = [
+    "ARCHITECTURES", "FAMILIES", "MODEL_TYPES", "POOLING_MODES", "CheckpointMismatch", "LayerKind", "ModelConfig",
+    "Params", "Rope", "UnsupportedModel", "WindowTooLong", "cast_params", "check_window", "config_from_hf",
+    "forward", "init_params", "logical", "normalize", "param_axes", "params_from_hf", "pool",
+]

@@ -1,0 +1,382 @@
+"""What the encoder families share: one config, one parameter layout, one forward pass.
+
+Shape letters used in names and docstrings:
+  B batch, T tokens (sequence), D hidden, N heads, H head_dim, F MLP hidden,
+  L layers, V vocabulary, P positions, K rotary frequencies (H / 2).
+
+Every family maps its checkpoint onto the same pytree:
+
+  embed:  word_VD, [position_PD], [token_type_D], ln_scale_D, [ln_bias_D]
+  layers: q_LDNH k_LDNH v_LDNH [q/k/v_bias_LNH] out_LNHD [out_bias_LD]
+          ln1_scale_LD [ln1_bias_LD]   up_LDF [up_bias_LF] [gate_LDF [gate_bias_LF]]
+          down_LFD [down_bias_LD]      ln2_scale_LD [ln2_bias_LD]
+  final:  ln_scale_D [ln_bias_D]       (pre-norm families only)
+
+Bracketed entries exist only where the family has them (a bias-free ModernBERT
+has none); the forward pass adds what is there. The families differ in what the
+config says: post- or pre-norm, plain or gated MLP, learned positions or RoPE
+(theta and scaling per layer), and a sliding window per layer.
+
+Layers are stacked along L and run with one `lax.scan`, so a model of any depth
+compiles one layer body. Where layers differ in how they attend (ModernBERT:
+global with one RoPE theta, or a sliding window with another), the body picks
+the layer's attention with `lax.switch` on a scanned layer index: each distinct
+kind of attention is compiled once, and only the layer's own kind runs.
+
+Parameter names end in their shape letters, so `param_axes` reads every
+parameter's logical axes off its name and `kernels.sharding` places every family
+over data x model unchanged. Under `shard_map` the same `forward` runs on each
+device's shards: heads and F split, the contractions over them completed by a
+psum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from kernels.attention import attention
+from kernels.sharding import ShardingRules, sum_shards
+
+Params = dict[str, Any]
+
+AXES = {
+    "B": "batch",
+    "T": "seq",
+    "D": "embed",
+    "N": "heads",
+    "H": "head_dim",
+    "F": "mlp",
+    "L": "layers",
+    "V": "vocab",
+    "P": "positions",
+}
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+}
+
+
+class UnsupportedModel(ValueError):
+    """config.json describes a model (family, option or layout) that no encoder here implements."""
+
+
+class CheckpointMismatch(ValueError):
+    """The weights lack a tensor the config calls for, or hold one of another shape."""
+
+
+class WindowTooLong(ValueError):
+    """More tokens per sequence than the model's positions cover."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope:
+    """Rotary position embedding, rotate-half convention (GPT-NeoX, Hugging Face `rotate_half`).
+
+    `ntk_factor`: GTE's fixed NTK scaling (`rope_scaling: {"type": "ntk"}`):
+    theta times the factor, every frequency divided by factor^(2/H); with
+    `ntk_mixed_b`, theta unchanged and frequency i divided by
+    exp(log(factor) (i + 1)^b / (H/2)^b). As in Alibaba-NLP's `NTKScalingRotaryEmbedding`.
+    """
+
+    theta: float
+    ntk_factor: float | None = None
+    ntk_mixed_b: float | None = None
+
+    def inv_freq(self, head_dim: int) -> np.ndarray:
+        """[K] float32, computed as torch does in float32 so long positions land on the same angles."""
+        f32 = np.float32
+        exponents = np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)
+        if self.ntk_factor is None:
+            return (f32(1.0) / f32(self.theta) ** exponents).astype(f32)
+        if self.ntk_mixed_b is None:
+            inv = f32(1.0) / f32(self.theta * self.ntk_factor) ** exponents
+            return (inv / f32(self.ntk_factor ** (2 / head_dim))).astype(f32)
+        a = np.log(f32(self.ntk_factor)) / f32((head_dim / 2) ** self.ntk_mixed_b)
+        lambdas = np.exp(a * np.arange(1, head_dim // 2 + 1, dtype=f32) ** f32(self.ntk_mixed_b))
+        return (f32(1.0) / f32(self.theta) ** exponents / lambdas).astype(f32)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerKind:
+    """How one layer attends. window: None (global) or w, a query at t sees keys at |t - s| <= w.
+    rope: None where the family adds learned position embeddings instead."""
+
+    window: int | None = None
+    rope: Rope | None = None
+
+
+ALL_BIASES = frozenset({"qkv", "out", "mlp_in", "mlp_out", "norm"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """One encoder's architecture, read from its config.json by its family's `config_from_hf`."""
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    intermediate_size: int
+    max_tokens: int  # the longest sequence the model's positions cover
+    norm_eps: float
+    activation: str
+    gated_mlp: bool  # activation(gate) * up, else activation(up)
+    # "post": BERT's x = norm(x + block(x)). "pre": ModernBERT's x = x + block(norm(x)),
+    # without a norm before layer 0's attention (its embeddings are normed) and with a final norm.
+    norm: str
+    layer_kinds: tuple[LayerKind, ...]  # one per layer
+    position_offset: int = 0  # learned positions: table row of position 0 (XLM-RoBERTa: padding_idx + 1)
+    type_vocab_size: int = 0  # token type embeddings (type 0 is added) when > 0
+    # Which modules have biases: "qkv", "out" (attention), "mlp_in", "mlp_out", "norm".
+    biases: frozenset[str] = ALL_BIASES
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise UnsupportedModel(f"{self.family}: unsupported activation (hidden_act) {self.activation!r}; "
+                                   f"known: {', '.join(sorted(ACTIVATIONS))}")
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if len(self.layer_kinds) != self.num_layers:
+            raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
+        for kind in self.layer_kinds:
+            if kind.window is not None and kind.window >= self.max_tokens:
+                raise UnsupportedModel(f"{self.family}: sliding window {kind.window} is not shorter "
+                                       f"than the model's {self.max_tokens} positions")
+
+    @property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        """The distinct layer kinds, in order of first use."""
+        return tuple(dict.fromkeys(self.layer_kinds))
+
+
+def bert_dims(config: dict, family: str) -> dict[str, int]:
+    """The sizes under the names BERT's config.json gives them (most families keep them), as ModelConfig fields.
+    head_dim: given explicitly, or hidden_size / heads, which must divide."""
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    if not config.get("head_dim") and hidden % heads:
+        raise UnsupportedModel(f"{family}: hidden_size {hidden} is not divisible by {heads} heads")
+    return {"vocab_size": int(config["vocab_size"]), "hidden_size": hidden,
+            "num_layers": int(config["num_hidden_layers"]), "num_heads": heads,
+            "head_dim": int(config.get("head_dim") or hidden // heads),
+            "intermediate_size": int(config["intermediate_size"])}
+
+
+def check_window(cfg: ModelConfig, n_tokens: int) -> None:
+    """Raises WindowTooLong if sequences of `n_tokens` tokens exceed the model's positions."""
+    if n_tokens > cfg.max_tokens:
+        raise WindowTooLong(f"a window of {n_tokens} tokens is longer than this {cfg.family} model's "
+                            f"{cfg.max_tokens} positions")
+
+
+def logical(letters: str) -> P:
+    """Shape letters -> logical axes: 'BTD' -> P('batch', 'seq', 'embed')."""
+    return P(*(AXES[letter] for letter in letters))
+
+
+def param_axes(params: Params) -> Any:
+    """The params pytree with each array replaced by its logical axes, read off
+    the name's shape suffix (`q_LDNH` -> P('layers', 'embed', 'heads', 'head_dim'))."""
+
+    def axes(path, leaf):
+        name = path[-1].key
+        letters = name.rsplit("_", 1)[-1]
+        if len(letters) != np.ndim(leaf):
+            raise ValueError(f"parameter {name!r} of shape {np.shape(leaf)} does not match its suffix {letters!r}")
+        return logical(letters)
+
+    return jax.tree_util.tree_map_with_path(axes, params)
+
+
+def cast_params(params: Params, dtype: jnp.dtype) -> Params:
+    """Casts matmul weights to the compute dtype; layer-norm parameters stay float32."""
+
+    def cast(path, leaf):
+        is_norm = any(getattr(k, "key", "").startswith("ln") for k in path)
+        return leaf if is_norm else leaf.astype(dtype)
+
+    return jax.tree_util.tree_map_with_path(cast, params)
+
+
+def layer_norm(x_BTD, scale_D, bias_D, eps: float):
+    """LayerNorm; bias_D None for the bias-free norms of ModernBERT."""
+    # Statistics in float32 whatever the compute dtype: bfloat16 variance of
+    # hundreds of values loses most of its mantissa.
+    x = x_BTD.astype(jnp.float32)
+    mean = x.mean(-1, keepdims=True)
+    var = jnp.square(x - mean).mean(-1, keepdims=True)
+    y = (x - mean) * jax.lax.rsqrt(var + eps) * scale_D
+    if bias_D is not None:
+        y = y + bias_D
+    return y.astype(x_BTD.dtype)
+
+
+def _plus(x, bias):
+    return x if bias is None else x + bias
+
+
+def rope_tables(positions_BT, inv_freq_K):
+    """cos, sin [B, T, K] float32 of each token's position (within its own sequence)."""
+    angles_BTK = positions_BT.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq_K)
+    return jnp.cos(angles_BTK), jnp.sin(angles_BTK)
+
+
+def apply_rope(x_BTNH, cos_BTK, sin_BTK):
+    """Rotates pairs (i, i + K) of each head by its token's angles, in float32."""
+    x = x_BTNH.astype(jnp.float32)
+    K = x.shape[-1] // 2
+    x1, x2 = x[..., :K], x[..., K:]
+    cos, sin = cos_BTK[:, :, None, :], sin_BTK[:, :, None, :]
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x_BTNH.dtype)
+
+
+def embed(emb: Params, ids_BT, positions_BT, cfg: ModelConfig):
+    """Token (+ learned position, + token type 0) embeddings, normed: [B, T, D]."""
+    x_BTD = emb["word_VD"][ids_BT]
+    if "position_PD" in emb:
+        x_BTD = x_BTD + emb["position_PD"][positions_BT + cfg.position_offset]
+    if "token_type_D" in emb:
+        x_BTD = x_BTD + emb["token_type_D"]
+    return layer_norm(x_BTD, emb["ln_scale_D"], emb.get("ln_bias_D"), cfg.norm_eps)
+
+
+def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None):
+    """Plain or gated MLP. F is split over `model`: the down-projection is a partial sum until psummed."""
+    act = ACTIVATIONS[cfg.activation]
+    up_BTF = _plus(jnp.einsum("BTD,DF->BTF", x_BTD, layer["up_LDF"]), layer.get("up_bias_LF"))
+    if cfg.gated_mlp:
+        gate_BTF = _plus(jnp.einsum("BTD,DF->BTF", x_BTD, layer["gate_LDF"]), layer.get("gate_bias_LF"))
+        h_BTF = act(gate_BTF) * up_BTF
+    else:
+        h_BTF = act(up_BTF)
+    down_BTD = sum_shards(jnp.einsum("BTF,FD->BTD", h_BTF, layer["down_LFD"]), "mlp", rules)
+    return _plus(down_BTD, layer.get("down_bias_LD"))
+
+
+def self_attention(x_BTD, layer: Params, attend, rules: ShardingRules | None):
+    """Projections around `attend(q, k, v) -> ctx`. Heads are split over `model`: the
+    out-projection is a partial sum until psummed, its bias added once after."""
+    q = _plus(jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["q_LDNH"]), layer.get("q_bias_LNH"))
+    k = _plus(jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["k_LDNH"]), layer.get("k_bias_LNH"))
+    v = _plus(jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["v_LDNH"]), layer.get("v_bias_LNH"))
+    ctx_BTNH = attend(q, k, v)
+    out_BTD = sum_shards(jnp.einsum("BTNH,NHD->BTD", ctx_BTNH.astype(x_BTD.dtype), layer["out_LNHD"]), "heads", rules)
+    return _plus(out_BTD, layer.get("out_bias_LD"))
+
+
+def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_impl: str):
+    """attend(q, k, v, kind_index): the attention of each distinct layer kind, RoPE included."""
+
+    def for_kind(kind: LayerKind):
+        tables = None if kind.rope is None else rope_tables(positions_BT, kind.rope.inv_freq(cfg.head_dim))
+
+        def attend(q, k, v):
+            if tables is not None:
+                q, k = apply_rope(q, *tables), apply_rope(k, *tables)
+            return attention(q, k, v, segment_ids=segments_BT, window=kind.window, impl=attention_impl)
+
+        return attend
+
+    branches = [for_kind(kind) for kind in cfg.kinds]
+    if len(branches) == 1:
+        return lambda q, k, v, kind_index: branches[0](q, k, v)
+    return lambda q, k, v, kind_index: jax.lax.switch(kind_index, branches, q, k, v)
+
+
+def forward(
+    params: Params,
+    ids_BT,
+    segments_BT,
+    positions_BT,
+    cfg: ModelConfig,
+    *,
+    attention_impl: str = "auto",
+    rules: ShardingRules | None = None,
+):
+    """Token ids [B, T] -> hidden states [B, T, D].
+
+    segments_BT: 1..k for the k sequences packed into a row, 0 for padding; a
+    token attends only within its segment. positions_BT: each token's 0-based
+    position within its own sequence. An unpadded row is segments 1 on its
+    tokens and 0 after, positions arange(T). Positions must stay below
+    `cfg.max_tokens` (`check_window`).
+
+    The compute dtype is the dtype of the weights (see `cast_params`). Called on
+    whole arrays, `rules` is None. Inside `shard_map` over a mesh laid out by
+    `rules`, params and ids are this device's shards (B, heads and F split as
+    the rules say) and the result is this device's rows, replicated over the
+    heads/F mesh axis.
+    """
+    attend = _attention_by_kind(segments_BT, positions_BT, cfg, attention_impl)
+    kind_of_layer_L = jnp.asarray([cfg.kinds.index(kind) for kind in cfg.layer_kinds], jnp.int32)
+    eps = cfg.norm_eps
+
+    def post_norm(x_BTD, layer, index):
+        attn_BTD = self_attention(x_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules)
+        x_BTD = layer_norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
+        return layer_norm(x_BTD + mlp(x_BTD, layer, cfg, rules), layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
+
+    def pre_norm(x_BTD, layer, index):
+        normed_BTD = layer_norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
+        attn_in_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
+        x_BTD = x_BTD + self_attention(attn_in_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]),
+                                       rules)
+        mlp_in_BTD = layer_norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
+        return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules)
+
+    block = post_norm if cfg.norm == "post" else pre_norm
+
+    def body(x_BTD, scanned):
+        layer, index = scanned
+        return block(x_BTD, layer, index), None
+
+    x_BTD = embed(params["embed"], ids_BT, positions_BT, cfg)
+    x_BTD, _ = jax.lax.scan(body, x_BTD, (params["layers"], jnp.arange(cfg.num_layers)))
+    if "final" in params:
+        x_BTD = layer_norm(x_BTD, params["final"]["ln_scale_D"], params["final"].get("ln_bias_D"), eps)
+    return x_BTD
+
+
+def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
+    """Random parameters in the shared layout, shaped by the config alone (benchmarks need no checkpoint):
+    normal(0, scale) weights, norms 1 and 0, biases 0. The same tree `params_from_hf` makes for `cfg`."""
+    rng = np.random.default_rng(seed)
+    D, N, H, F, L = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size, cfg.num_layers
+
+    def normal(*shape):
+        return rng.standard_normal(shape, np.float32) * np.float32(scale)
+
+    def norm(key: str, letters: str, *lead: int) -> Params:
+        out = {f"{key}_scale_{letters}": np.ones((*lead, D), np.float32)}
+        return out | ({f"{key}_bias_{letters}": np.zeros((*lead, D), np.float32)} if "norm" in cfg.biases else {})
+
+    def bias(group: str, name: str, *shape: int) -> Params:
+        return {name: np.zeros(shape, np.float32)} if group in cfg.biases else {}
+
+    embed = {"word_VD": normal(cfg.vocab_size, D)}
+    if cfg.layer_kinds[0].rope is None:
+        embed["position_PD"] = normal(cfg.max_tokens + cfg.position_offset, D)
+    if cfg.type_vocab_size:
+        embed["token_type_D"] = normal(D)
+    layers = {f"{x}_LDNH": normal(L, D, N, H) for x in "qkv"}
+    for x in "qkv":
+        layers |= bias("qkv", f"{x}_bias_LNH", L, N, H)
+    layers |= {"out_LNHD": normal(L, N, H, D), **bias("out", "out_bias_LD", L, D), **norm("ln1", "LD", L),
+               "up_LDF": normal(L, D, F), **bias("mlp_in", "up_bias_LF", L, F)}
+    if cfg.gated_mlp:
+        layers |= {"gate_LDF": normal(L, D, F), **bias("mlp_in", "gate_bias_LF", L, F)}
+    layers |= {"down_LFD": normal(L, F, D), **bias("mlp_out", "down_bias_LD", L, D), **norm("ln2", "LD", L)}
+    params = {"embed": embed | norm("ln", "D"), "layers": layers}
+    return params | ({"final": norm("ln", "D")} if cfg.norm == "pre" else {})

@@ -1,0 +1,148 @@
+"""Reading a Hugging Face state dict into the shared parameter layout, every tensor's shape checked.
+
+Hugging Face linear weights are [out, in]; they are transposed once here so the
+forward pass reads as einsums over named axes. A checkpoint may carry its model
+prefix (`bert.`, `roberta.`, `model.`, `new.`, ...) or none: the prefix is
+whatever stands before the family's anchor tensor, and tensors outside it (MLM
+heads, poolers) are never read. Which biases a module has comes from the config
+(`ModelConfig.biases`), so a checkpoint that lacks one the config promises is
+refused rather than run without it.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from kernels.encoders._blocks import CheckpointMismatch, ModelConfig
+
+
+class Checkpoint:
+    """A state dict as one family reads it. Names passed in are module paths without `.weight`/`.bias`."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], anchors: Sequence[str], cfg: ModelConfig):
+        """anchors: a tensor every checkpoint of the family has, one name per tensor layout it comes in."""
+        self.cfg = cfg
+        for anchor in anchors:
+            hits = sorted((name for name in tensors if name == anchor or name.endswith("." + anchor)), key=len)
+            if hits:
+                prefix = hits[0][: -len(anchor)]
+                break
+        else:
+            raise CheckpointMismatch(f"the weights have no tensor {' or '.join(map(repr, anchors))} "
+                                     f"(with or without a model prefix): not a {cfg.family} checkpoint")
+        self._tensors = {name[len(prefix):]: value for name, value in tensors.items() if name.startswith(prefix)}
+
+    def has(self, name: str) -> bool:
+        return name in self._tensors
+
+    def get(self, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
+        """The tensor as float32, refused unless it has the shape the config implies (None: any size)."""
+        if name not in self._tensors:
+            raise CheckpointMismatch(f"the weights lack tensor {name!r}, which a {self._describe()} has")
+        value = np.asarray(self._tensors[name], np.float32)
+        if len(value.shape) != len(shape) or any(want not in (None, got) for want, got in zip(shape, value.shape)):
+            raise CheckpointMismatch(f"tensor {name!r} has shape {value.shape}, but config.json "
+                                     f"({self._describe()}) implies {tuple(shape)}")
+        return value
+
+    def _describe(self) -> str:
+        c = self.cfg
+        return (f"{c.family} model with hidden_size {c.hidden_size}, {c.num_layers} layers, {c.num_heads} heads "
+                f"of {c.head_dim}, intermediate_size {c.intermediate_size}, vocab {c.vocab_size}")
+
+    def _linear(self, name: str, n_in: int, n_out: int, bias_group: str) -> tuple[np.ndarray, np.ndarray | None]:
+        """Weight [out, in] -> [in, out], and its bias [out] where the config has one."""
+        w = self.get(name + ".weight", (n_out, n_in)).T
+        b = self.get(name + ".bias", (n_out,)) if bias_group in self.cfg.biases else None
+        return w, b
+
+    def embeddings(self, word: str, token_type: str | None, norm: str, position: str | None = None) -> dict:
+        """The `embed` group: word (+ learned position, + token type 0) embeddings and their norm."""
+        c = self.cfg
+        out = {"word_VD": self.get(word + ".weight", (c.vocab_size, c.hidden_size))}
+        if position is not None:
+            out["position_PD"] = self.get(position + ".weight", (c.max_tokens + c.position_offset, c.hidden_size))
+        if c.type_vocab_size:
+            out["token_type_D"] = self.get(token_type + ".weight", (c.type_vocab_size, c.hidden_size))[0]
+        return out | self.norm(norm, "ln", "D")
+
+    def attention_in(self, q: str, k: str, v: str) -> dict[str, np.ndarray]:
+        """Separate Q, K, V projections [N*H, D] -> q/k/v_LDNH (one layer's slice) and their biases."""
+        c = self.cfg
+        width = c.num_heads * c.head_dim
+        out = {}
+        for x, name in zip("qkv", (q, k, v)):
+            w, b = self._linear(name, c.hidden_size, width, "qkv")
+            out[f"{x}_LDNH"] = w.reshape(c.hidden_size, c.num_heads, c.head_dim)
+            if b is not None:
+                out[f"{x}_bias_LNH"] = b.reshape(c.num_heads, c.head_dim)
+        return out
+
+    def fused_qkv(self, name: str) -> dict[str, np.ndarray]:
+        """A fused [3*N*H, D] projection, rows q then k then v -> as `attention_in`."""
+        c = self.cfg
+        width = c.num_heads * c.head_dim
+        w, b = self._linear(name, c.hidden_size, 3 * width, "qkv")
+        out = {f"{x}_LDNH": w[:, i * width:(i + 1) * width].reshape(c.hidden_size, c.num_heads, c.head_dim)
+               for i, x in enumerate("qkv")}
+        if b is not None:
+            out |= {f"{x}_bias_LNH": b[i * width:(i + 1) * width].reshape(c.num_heads, c.head_dim)
+                    for i, x in enumerate("qkv")}
+        return out
+
+    def attention_out(self, name: str) -> dict[str, np.ndarray]:
+        """Out-projection [D, N*H] -> out_LNHD and its bias."""
+        c = self.cfg
+        w, b = self._linear(name, c.num_heads * c.head_dim, c.hidden_size, "out")
+        out = {"out_LNHD": w.reshape(c.num_heads, c.head_dim, c.hidden_size)}
+        return out if b is None else out | {"out_bias_LD": b}
+
+    def mlp_in(self, name: str, key: str) -> dict[str, np.ndarray]:
+        """An in-projection [F, D] -> `{key}_LDF` ('up' or 'gate') and its bias."""
+        c = self.cfg
+        w, b = self._linear(name, c.hidden_size, c.intermediate_size, "mlp_in")
+        return {f"{key}_LDF": w} if b is None else {f"{key}_LDF": w, f"{key}_bias_LF": b}
+
+    def fused_mlp_in(self, name: str, first: str, second: str) -> dict[str, np.ndarray]:
+        """A fused [2*F, D] in-projection whose row halves are `first` then `second` ('up' or 'gate')."""
+        c = self.cfg
+        F = c.intermediate_size
+        w, b = self._linear(name, c.hidden_size, 2 * F, "mlp_in")
+        out = {f"{first}_LDF": w[:, :F], f"{second}_LDF": w[:, F:]}
+        return out if b is None else out | {f"{first}_bias_LF": b[:F], f"{second}_bias_LF": b[F:]}
+
+    def mlp_out(self, name: str) -> dict[str, np.ndarray]:
+        """Down-projection [D, F] -> down_LFD and its bias."""
+        c = self.cfg
+        w, b = self._linear(name, c.intermediate_size, c.hidden_size, "mlp_out")
+        return {"down_LFD": w} if b is None else {"down_LFD": w, "down_bias_LD": b}
+
+    def norm(self, name: str, key: str, letters: str) -> dict[str, np.ndarray]:
+        """A LayerNorm as `{key}_scale_{letters}` and, where the config has norm biases, `{key}_bias_{letters}`."""
+        D = self.cfg.hidden_size
+        out = {f"{key}_scale_{letters}": self.get(name + ".weight", (D,))}
+        if "norm" in self.cfg.biases:
+            out[f"{key}_bias_{letters}"] = self.get(name + ".bias", (D,))
+        return out
+
+    def jina_layer(self, i: int) -> dict[str, np.ndarray]:
+        """Layer i as transformers lays out its RoPE BERTs (NomicBertModel, GteModel; both built on
+        JinaEmbeddingsV3Layer): `layers.N.self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`,
+        `mlp.{up,gate,down}_proj`, `post_mlp_layernorm`."""
+        p = f"layers.{i}."
+        return {
+            **self.attention_in(p + "self_attn.q_proj", p + "self_attn.k_proj", p + "self_attn.v_proj"),
+            **self.attention_out(p + "self_attn.o_proj"),
+            **self.norm(p + "post_attention_layernorm", "ln1", "LD"),
+            **self.mlp_in(p + "mlp.up_proj", "up"),
+            **self.mlp_in(p + "mlp.gate_proj", "gate"),
+            **self.mlp_out(p + "mlp.down_proj"),
+            **self.norm(p + "post_mlp_layernorm", "ln2", "LD"),
+        }
+
+
+def stack_layers(layers: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One dict per layer, named as stacked (`q_LDNH` holding one layer's DNH) -> the stacked arrays."""
+    return {name: np.stack([layer[name] for layer in layers]) for name in layers[0]}

@@ -1,0 +1,35 @@
+"""Sentence embeddings from hidden states, per packed sequence (segment)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+POOLING_MODES = ("mean", "cls", "lasttoken")
+
+
+def pool(hidden_BTD, segments_BT, n_slots: int, mode: str):
+    """[B, n_slots, D] float32: slot j pools the tokens of segment j + 1 of its row (zeros if absent).
+
+    mean: over the segment's tokens. cls: its first token. lasttoken: its last token.
+    """
+    if mode not in POOLING_MODES:
+        raise ValueError(f"unknown pooling mode {mode!r}; expected one of {', '.join(POOLING_MODES)}")
+    hidden = hidden_BTD.astype(jnp.float32)
+    T = hidden.shape[1]
+    member_BTS = segments_BT[:, :, None] == jnp.arange(1, n_slots + 1)
+    if mode == "mean":
+        summed_BSD = jnp.einsum("BTD,BTS->BSD", hidden, member_BTS.astype(jnp.float32))
+        count_BS = member_BTS.sum(axis=1)
+        return summed_BSD / jnp.maximum(count_BS, 1)[..., None].astype(jnp.float32)
+    t_T = jnp.arange(T)[None, :, None]
+    if mode == "cls":
+        index_BS = jnp.where(member_BTS, t_T, T).min(axis=1)
+    else:
+        index_BS = jnp.where(member_BTS, t_T, -1).max(axis=1)
+    picked_BSD = jnp.take_along_axis(hidden, jnp.clip(index_BS, 0, T - 1)[..., None], axis=1)
+    return jnp.where(member_BTS.any(axis=1)[..., None], picked_BSD, 0.0)
+
+
+def normalize(x_SD, eps: float = 1e-12):
+    """L2-normalises the last axis, with torch.nn.functional.normalize's epsilon (sentence-transformers' Normalize)."""
+    return x_SD / jnp.maximum(jnp.linalg.norm(x_SD, axis=-1, keepdims=True), eps)

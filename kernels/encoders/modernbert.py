@@ -1,0 +1,104 @@
+"""ModernBERT (`model_type: modernbert`): pre-norm, GeGLU, no biases by default, RoPE, and
+layers that alternate between global attention and a sliding window.
+
+Layer i attends globally with the global RoPE theta, or within a window with
+the local theta. config.json says which in one of two layouts:
+  - hub checkpoints: `global_attn_every_n_layers` (layer i is global when
+    i % n == 0), `global_rope_theta`, `local_rope_theta`;
+  - current transformers: `layer_types` ("full_attention" / "sliding_attention")
+    and `rope_parameters` keyed by those types.
+Both have `local_attention`, the window's total width: a token sees
+local_attention // 2 tokens either side (transformers' `sliding_window`).
+
+Tensors as `ModernBertModel` saves them, with or without the `model.` prefix of
+`ModernBertForMaskedLM`. Layer 0 has no `attn_norm` (the embeddings are already
+normed); its slot in the stacked norm holds ones that the forward pass skips.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from kernels.encoders._blocks import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
+from kernels.encoders._checkpoint import Checkpoint, stack_layers
+
+FAMILY = "modernbert"
+ANCHOR = "embeddings.tok_embeddings.weight"
+GLOBAL, LOCAL = "full_attention", "sliding_attention"
+
+
+def _layer_types(config: Mapping[str, Any], n_layers: int) -> list[str]:
+    if config.get("layer_types") is not None:
+        types = list(config["layer_types"])
+        if len(types) != n_layers or set(types) - {GLOBAL, LOCAL}:
+            raise UnsupportedModel(f"{FAMILY}: layer_types must list {n_layers} of {GLOBAL!r}/{LOCAL!r}, got {types}")
+        return types
+    every = int(config.get("global_attn_every_n_layers", 3))
+    return [GLOBAL if i % every == 0 else LOCAL for i in range(n_layers)]
+
+
+def _rope_thetas(config: Mapping[str, Any]) -> dict[str, float]:
+    if config.get("rope_scaling"):
+        raise UnsupportedModel(f"{FAMILY}: rope_scaling {config['rope_scaling']} is not implemented")
+    by_type = config.get("rope_parameters")
+    if by_type is None:
+        return {GLOBAL: float(config.get("global_rope_theta", 160_000.0)),
+                LOCAL: float(config.get("local_rope_theta", 10_000.0))}
+    thetas = {}
+    for layer_type, default in ((GLOBAL, 160_000.0), (LOCAL, 10_000.0)):
+        params = by_type.get(layer_type) or {}
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            raise UnsupportedModel(f"{FAMILY}: rope_type {rope_type!r} for {layer_type} is not implemented")
+        thetas[layer_type] = float(params.get("rope_theta", default))
+    return thetas
+
+
+def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
+    dims = bert_dims(config, FAMILY)
+    thetas = _rope_thetas(config)
+    window = int(config.get("local_attention", 128)) // 2
+    kinds = {GLOBAL: LayerKind(None, Rope(thetas[GLOBAL])), LOCAL: LayerKind(window, Rope(thetas[LOCAL]))}
+    flags = {"qkv": "attention_bias", "out": "attention_bias", "mlp_in": "mlp_bias", "mlp_out": "mlp_bias",
+             "norm": "norm_bias"}
+    return ModelConfig(
+        family=FAMILY,
+        **dims,
+        max_tokens=int(config.get("max_position_embeddings", 8192)),
+        norm_eps=float(config.get("norm_eps", 1e-5)),
+        activation=str(config.get("hidden_activation", "gelu")),
+        gated_mlp=True,
+        norm="pre",
+        layer_kinds=tuple(kinds[t] for t in _layer_types(config, dims["num_layers"])),
+        biases=frozenset(group for group in ALL_BIASES if config.get(flags[group], False)),
+    )
+
+
+def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
+    ck = Checkpoint(tensors, [ANCHOR], cfg)
+
+    def layer(i: int) -> dict[str, np.ndarray]:
+        p = f"layers.{i}."
+        if i == 0:  # nn.Identity: placeholders of the right shape, never applied
+            attn_norm = {"ln1_scale_LD": np.ones(cfg.hidden_size, np.float32)}
+            if "norm" in cfg.biases:
+                attn_norm["ln1_bias_LD"] = np.zeros(cfg.hidden_size, np.float32)
+        else:
+            attn_norm = ck.norm(p + "attn_norm", "ln1", "LD")
+        return {
+            **attn_norm,
+            **ck.fused_qkv(p + "attn.Wqkv"),
+            **ck.attention_out(p + "attn.Wo"),
+            **ck.norm(p + "mlp_norm", "ln2", "LD"),
+            # Wi(x).chunk(2): the first half goes through the activation.
+            **ck.fused_mlp_in(p + "mlp.Wi", "gate", "up"),
+            **ck.mlp_out(p + "mlp.Wo"),
+        }
+
+    return {
+        "embed": ck.embeddings("embeddings.tok_embeddings", None, "embeddings.norm"),
+        "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
+        "final": ck.norm("final_norm", "ln", "D"),
+    }

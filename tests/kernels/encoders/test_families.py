@@ -1,0 +1,293 @@
+"""Every encoder family against transformers, on the committed random-weight fixtures.
+
+tests/make_family_fixtures.py built each model with transformers' own class and
+recorded its hidden states and sentence-transformers embeddings of texts up to
+the model's window (longer than every sliding window). Here each model directory
+goes through the project's loaders (pipeline.encode.model_dir, pipeline.text.tokenizer) and
+kernels.encoders, unpacked and packed, with the reference and blockwise attention.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from kernels import encoders
+from pipeline.encode import model_dir
+from pipeline.errors import ModelError
+from pipeline.text.tokenizer import Tokenizer
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "families"
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.npz"))
+FAMILY_OF = {"bert": "bert", "xlm": "xlm-roberta", "modernbert": "modernbert", "nomic": "nomic_bert", "gte": "gte"}
+IMPLS = ["reference", "blockwise"]
+COSINE = 0.99999
+
+
+@dataclasses.dataclass
+class Loaded:
+    spec: model_dir.ModelSpec
+    params: dict
+    ref: dict
+    ids: list[list[int]]
+
+    def texts(self) -> list[str]:
+        return [str(t) for t in self.ref["texts"]]
+
+    def hidden(self, i: int) -> np.ndarray:
+        start = int(self.ref["lengths"][:i].sum())
+        return self.ref["hidden"][start:start + self.ref["lengths"][i]]
+
+
+_cache: dict[str, Loaded] = {}
+
+
+def load(name: str) -> Loaded:
+    if name not in _cache:
+        spec = model_dir.resolve(str(FIXTURES / name))
+        ref = dict(np.load(FIXTURES / f"{name}.npz"))
+        ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated([str(t) for t in ref["texts"]],
+                                                                        spec.max_seq_length)
+        _cache[name] = Loaded(spec, model_dir.load_params(spec), ref, ids)
+    return _cache[name]
+
+
+def unpacked(ids: list[list[int]], width: int):
+    """One sequence per row, right-padded: segments 1 then 0, positions arange."""
+    ids_BT = np.zeros((len(ids), width), np.int32)
+    for row, seq in enumerate(ids):
+        ids_BT[row, :len(seq)] = seq
+    positions_BT = np.broadcast_to(np.arange(width, dtype=np.int32), ids_BT.shape).copy()
+    segments_BT = (positions_BT < np.array([len(s) for s in ids])[:, None]).astype(np.int32)
+    return ids_BT, segments_BT, positions_BT
+
+
+def packed(ids: list[list[int]], width: int):
+    """First-fit packing into rows of `width`: segments 1..k, positions restart per sequence.
+    Returns the arrays and, per sequence, (row, start, segment id)."""
+    rows: list[list[list[int]]] = []
+    for seq in ids:
+        row = next((r for r in rows if sum(map(len, r)) + len(seq) <= width), None)
+        if row is None:
+            rows.append(row := [])
+        row.append(seq)
+    ids_BT, segments_BT, positions_BT = (np.zeros((len(rows), width), np.int32) for _ in range(3))
+    where = {}
+    for r, row in enumerate(rows):
+        start = 0
+        for k, seq in enumerate(row):
+            ids_BT[r, start:start + len(seq)] = seq
+            segments_BT[r, start:start + len(seq)] = k + 1
+            positions_BT[r, start:start + len(seq)] = np.arange(len(seq))
+            where[id(seq)] = (r, start, k + 1)
+            start += len(seq)
+    return ids_BT, segments_BT, positions_BT, [where[id(seq)] for seq in ids]
+
+
+def embeddings(spec, hidden_BTD, segments_BT, n_slots: int) -> np.ndarray:
+    pooled = encoders.pool(hidden_BTD, segments_BT, n_slots, spec.pooling)
+    return np.asarray(encoders.normalize(pooled) if spec.normalize else pooled)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.ravel().astype(np.float64), b.ravel().astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_the_fixtures_cover_every_family_and_layout():
+    families = {load(name).spec.arch.family for name in NAMES}
+    assert families == set(encoders.FAMILIES)
+    for name in NAMES:
+        assert load(name).spec.arch.family == FAMILY_OF[name.split("-")[0]]
+    assert {load(name).spec.pooling for name in NAMES} == {"mean", "cls", "lasttoken"}
+    windows = {k.window for name in NAMES for k in load(name).spec.arch.layer_kinds} - {None}
+    longest = max(int(load(name).ref["lengths"].max()) for name in NAMES)
+    assert windows and max(windows) < longest // 4, (windows, longest)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", NAMES)
+def test_transformers_hidden_states_and_embeddings_are_reproduced(name, impl):
+    m = load(name)
+    assert [len(s) for s in m.ids] == m.ref["lengths"].tolist()
+    assert np.concatenate(m.ids).tolist() == m.ref["ids"].tolist(), "the project's tokenizer differs"
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden_BTD = encoders.forward(m.params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl=impl)
+    pooled = embeddings(m.spec, hidden_BTD, segments_BT, 1)[:, 0]
+    hidden = np.asarray(hidden_BTD)
+    for i, n in enumerate(m.ref["lengths"]):
+        got, want = hidden[i, :n], m.hidden(i)
+        token_cosines = np.einsum("td,td->t", got, want) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+        assert token_cosines.min() >= COSINE, (i, n, token_cosines.min())
+        assert cosine(pooled[i], m.ref["pooled"][i]) >= COSINE, (i, n)
+        np.testing.assert_allclose(pooled[i], m.ref["pooled"][i], atol=2e-4 * np.abs(m.ref["pooled"][i]).max())
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name", NAMES)
+def test_packed_rows_equal_unpacked(name, impl):
+    m = load(name)
+    width = m.spec.max_seq_length
+    arch = m.spec.arch
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, width)
+    alone = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
+    alone_pooled = embeddings(m.spec, alone, segments_BT, 1)[:, 0]
+    # Rows twice the window: the short texts share a row, the long ones sit after them.
+    ids_BT, segments_BT, positions_BT, where = packed(m.ids, 2 * width)
+    assert len(where) > ids_BT.shape[0], "nothing was packed"
+    together = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
+    n_slots = int(segments_BT.max())
+    together_pooled = embeddings(m.spec, together, segments_BT, n_slots)
+    for i, (row, start, segment) in enumerate(where):
+        n = len(m.ids[i])
+        np.testing.assert_allclose(together[row, start:start + n], alone[i, :n], atol=2e-5, rtol=1e-5)
+        np.testing.assert_allclose(together_pooled[row, segment - 1], alone_pooled[i], atol=2e-5, rtol=1e-5)
+    absent = [(r, s) for r in range(ids_BT.shape[0]) for s in range(n_slots) if not (segments_BT[r] == s + 1).any()]
+    assert all(not together_pooled[r, s].any() for r, s in absent)
+
+
+def _long_text_cosine(m: Loaded, arch) -> float:
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl="reference"))
+    last = len(m.ids) - 1
+    return cosine(hidden[last, :m.ref["lengths"][last]], m.hidden(last))
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("modernbert")])
+def test_the_sliding_window_shows_in_the_fixture(name):
+    """The same model attending globally everywhere misses transformers' numbers on a long text."""
+    m = load(name)
+    global_kinds = tuple(dataclasses.replace(k, window=None) for k in m.spec.arch.layer_kinds)
+    assert _long_text_cosine(m, dataclasses.replace(m.spec.arch, layer_kinds=global_kinds)) < 0.999
+
+
+def test_ntk_scaling_shows_in_the_fixture():
+    m = load("gte-new-ntk")
+    rope = m.spec.arch.layer_kinds[0].rope
+    assert rope.ntk_factor == 2.0
+    plain = (dataclasses.replace(m.spec.arch.layer_kinds[0], rope=encoders.Rope(rope.theta)),) * m.spec.arch.num_layers
+    assert _long_text_cosine(m, dataclasses.replace(m.spec.arch, layer_kinds=plain)) < 0.9999
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_random_params_have_the_checkpoints_layout(name):
+    m = load(name)
+    shapes = lambda tree: jax.tree_util.tree_map_with_path(lambda path, x: (jax.tree_util.keystr(path), x.shape), tree)  # noqa: E731
+    assert shapes(encoders.init_params(m.spec.arch)) == shapes(m.params)
+
+
+def test_both_modernbert_config_layouts_describe_their_layers():
+    hub, current = load("modernbert-hub-config").spec.arch, load("modernbert-layer-types").spec.arch
+    assert [k.window for k in hub.layer_kinds] == [None, 8, 8, None]
+    assert [k.rope.theta for k in hub.layer_kinds] == [160_000.0, 10_000.0, 10_000.0, 160_000.0]
+    assert [k.window for k in current.layer_kinds] == [None, 12, None, 12, None]
+    assert [k.rope.theta for k in current.layer_kinds] == [80_000.0, 5_000.0, 80_000.0, 5_000.0, 80_000.0]
+    assert hub.biases == frozenset() and current.biases == encoders.ModelConfig.biases
+
+
+def test_xlm_roberta_positions_start_after_the_pad_id():
+    arch = load("xlm-roberta-sharded").spec.arch
+    assert (arch.position_offset, arch.max_tokens) == (2, 128)
+    assert load("xlm-roberta-sharded").spec.path.joinpath("model.safetensors.index.json").is_file()
+
+
+def test_the_family_comes_from_architectures_when_model_type_is_missing():
+    config = json.loads((FIXTURES / "gte-new-ntk" / "config.json").read_text())
+    del config["model_type"]
+    assert encoders.config_from_hf(config).family == "gte"
+
+
+# --- bad models: each one clear error ------------------------------------------------------------
+
+
+def broken_copy(tmp_path, name: str) -> Path:
+    path = tmp_path / name
+    shutil.copytree(FIXTURES / name, path)
+    return path
+
+
+def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
+    with pytest.raises(encoders.UnsupportedModel) as e:
+        encoders.config_from_hf({"model_type": "t5", "architectures": ["T5EncoderModel"]})
+    assert str(e.value) == ("model_type 't5' (architectures ['T5EncoderModel']) is not supported; supported "
+                            "model_types: bert, xlm-roberta, roberta, modernbert, nomic_bert, gte, new")
+    path = broken_copy(tmp_path, "bert-pooler")
+    (path / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(ModelError, match="'t5'.*not supported"):
+        model_dir.resolve(str(path))
+
+
+@pytest.mark.parametrize("name, missing, reported", [
+    ("modernbert-hub-config", "model.layers.2.attn.Wqkv.weight", "layers.2.attn.Wqkv.weight"),
+    ("nomic-contrastors", "encoder.layers.1.mlp.fc12.weight", "encoder.layers.1.mlp.fc12.weight"),
+    ("gte-new-ntk", "new.encoder.layer.0.mlp.up_gate_proj.weight", "encoder.layer.0.mlp.up_gate_proj.weight"),
+])
+def test_missing_tensors_are_named(tmp_path, name, missing, reported):
+    """Named without the model prefix, which the loader strips."""
+    path = broken_copy(tmp_path, name)
+    tensors = load_file(path / "model.safetensors")
+    del tensors[missing]
+    save_file(tensors, str(path / "model.safetensors"))
+    with pytest.raises(ModelError, match=f"lack tensor '{reported}', which a {load(name).spec.arch.family} model"):
+        model_dir.load_params(model_dir.resolve(str(path)))
+
+
+def test_a_missing_shard_is_named(tmp_path):
+    path = broken_copy(tmp_path, "xlm-roberta-sharded")
+    (path / "model-00002-of-00004.safetensors").unlink()
+    with pytest.raises(ModelError, match="names shard 'model-00002-of-00004.safetensors', which is not in"):
+        model_dir.resolve(str(path))
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("bert-pooler", {"intermediate_size": 96}, r"'encoder.layer.0.intermediate.dense.weight' has shape \(80, 48\).*"
+                                               r"implies \(96, 48\)"),
+    ("modernbert-layer-types", {"intermediate_size": 32}, r"'layers.0.mlp.Wi.weight' has shape \(128, 48\).*"
+                                                          r"implies \(64, 48\)"),
+    ("nomic-transformers", {"hidden_size": 64}, r"has shape .* implies"),
+    ("gte-transformers", {"vocab_size": 500}, r"'embeddings.word_embeddings.weight' has shape \(400, 48\)"),
+])
+def test_shapes_that_contradict_the_config_are_refused(tmp_path, name, change, message):
+    path = broken_copy(tmp_path, name)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | change))
+    with pytest.raises(ModelError, match=message):
+        model_dir.load_params(model_dir.resolve(str(path)))
+
+
+def test_a_window_longer_than_the_positions_is_refused():
+    arch = load("xlm-roberta-sharded").spec.arch
+    encoders.check_window(arch, 128)
+    with pytest.raises(encoders.WindowTooLong, match="129 tokens is longer than this xlm-roberta model's 128"):
+        encoders.check_window(arch, 129)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"local_attention": 1024}, "sliding window 512 is not shorter than the model's 512 positions"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling"),
+    ({"layer_types": ["full_attention"]}, "layer_types must list 4"),
+])
+def test_modernbert_options_not_implemented_are_refused(change, message):
+    config = json.loads((FIXTURES / "modernbert-hub-config" / "config.json").read_text())
+    with pytest.raises(encoders.UnsupportedModel, match=message):
+        encoders.config_from_hf(config | change)
+
+
+@pytest.mark.parametrize("name, change, message", [
+    ("nomic-contrastors", {"prenorm": True}, "prenorm=True is not implemented"),
+    ("nomic-contrastors", {"rotary_emb_fraction": 0.5}, "rotary_emb_fraction"),
+    ("nomic-contrastors", {"activation_function": "gelu"}, "activation_function 'gelu'"),
+    ("gte-new-ntk", {"rope_scaling": {"type": "linear", "factor": 2.0}}, "RoPE scaling 'linear'"),
+    ("gte-new-ntk", {"logn_attention_scale": True}, "logn_attention_scale"),
+])
+def test_other_options_not_implemented_are_refused(name, change, message):
+    config = json.loads((FIXTURES / name / "config.json").read_text())
+    with pytest.raises(encoders.UnsupportedModel, match=message):
+        encoders.config_from_hf(config | change)

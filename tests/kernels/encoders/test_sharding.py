@@ -1,0 +1,106 @@
+"""Every family under shard_map on simulated meshes (data x model = 4x2, 8x1) against one device.
+
+As in tests/kernels/test_bert_sharding.py: the 8 CPU devices exist only if XLA
+is told before JAX starts, so a child process runs this file as a script,
+measures everything once, and writes JSON that the tests here judge. Measured
+per fixture model: the pipeline's Encoder (unpacked rows, pooled embeddings) on
+each mesh, and the bare forward pass on packed rows under `sharding.shard_map`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+FIXTURES = REPO / "tests" / "fixtures" / "families"
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.npz"))
+DEVICES = 8
+MESHES = ["data=1,model=1", "data=4,model=2", "data=8,model=1"]
+
+
+def measure_on_8_devices() -> dict:
+    import jax
+
+    from kernels import encoders, sharding
+    from pipeline.encode import model_dir
+    from pipeline.encode.encoder import Encoder, EncoderConfig, parse_mesh
+    from pipeline.errors import ConfigError
+    from pipeline.text.tokenizer import Tokenizer
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_families import packed
+
+    assert len(jax.devices()) == DEVICES, jax.devices()
+    rules = sharding.ShardingRules()
+    results = {}
+    for name in NAMES:
+        spec = model_dir.resolve(str(FIXTURES / name))
+        ref = np.load(FIXTURES / f"{name}.npz")
+        ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated([str(t) for t in ref["texts"]],
+                                                                        spec.max_seq_length)
+        params = model_dir.load_params(spec)
+        # Packed rows, padded to a multiple of the largest data axis with empty rows.
+        ids_BT, segments_BT, positions_BT, _ = packed(ids, 2 * spec.max_seq_length)
+        rows = -(-ids_BT.shape[0] // DEVICES) * DEVICES
+        batch = [np.pad(a, ((0, rows - a.shape[0]), (0, 0))) for a in (ids_BT, segments_BT, positions_BT)]
+        whole = np.asarray(encoders.forward(params, *batch, spec.arch))
+        out = {"meshes": {}}
+        for text in MESHES:
+            try:
+                encoder = Encoder(spec, EncoderConfig(mesh=parse_mesh(text), batch_size=2),
+                                  devices=jax.devices()[:DEVICES])
+            except ConfigError as e:
+                out["meshes"][text] = {"refused": str(e)}
+                continue
+            got, _ = encoder.encode_ids(ids)
+            mesh, axes = encoder.mesh, encoders.param_axes(params)
+            step = sharding.shard_map(
+                lambda p, i, s, q: encoders.forward(p, i, s, q, spec.arch, rules=rules), mesh, rules,
+                in_axes=(axes, *(encoders.logical("BT"),) * 3), out_axes=encoders.logical("BTD"))
+            placed = jax.device_put((params, *batch), sharding.named_shardings(
+                (axes, *(encoders.logical("BT"),) * 3), rules, mesh))
+            hidden = np.asarray(jax.jit(step)(*placed))
+            out["meshes"][text] = {"pooled": got.tolist(), "packed_max_abs_diff": float(np.abs(hidden - whole).max()),
+                                   "packed_scale": float(np.abs(whole).max())}
+        out["reference"] = ref["pooled"].tolist()
+        out["heads"] = spec.arch.num_heads
+        results[name] = out
+    return results
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory) -> dict:
+    from support import run_on_cpu_devices
+
+    return run_on_cpu_devices(Path(__file__), tmp_path_factory.mktemp("family-sharding") / "measured.json", DEVICES, 900)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_mesh_gives_the_one_device_embeddings(measured, name):
+    result = measured[name]
+    one = np.array(result["meshes"]["data=1,model=1"]["pooled"])
+    reference = np.array(result["reference"])
+    cosines = np.einsum("nd,nd->n", one, reference) / np.linalg.norm(one, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosines.min() >= 0.99999
+    for mesh in MESHES[1:]:
+        m = result["meshes"][mesh]
+        if result["heads"] % 2 and "model=2" in mesh:
+            assert f"heads ({result['heads']}) over mesh axis 'model' of size 2" in m["refused"]
+            continue
+        np.testing.assert_allclose(np.array(m["pooled"]), one, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_packed_rows_under_shard_map_equal_the_whole_arrays(measured, name):
+    for mesh, m in measured[name]["meshes"].items():
+        if "refused" not in m:
+            assert m["packed_max_abs_diff"] <= 1e-5 * max(1.0, m["packed_scale"]), (mesh, m["packed_max_abs_diff"])
+
+
+if __name__ == "__main__":
+    Path(sys.argv[1]).write_text(json.dumps(measure_on_8_devices()))

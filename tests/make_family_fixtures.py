@@ -1,0 +1,397 @@
+"""Regenerates tests/fixtures/families/: tiny random-weight encoders of every family, with the
+hidden states and sentence embeddings transformers computes for them.
+
+Each model is built with transformers' own class (BertModel, XLMRobertaModel,
+ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model
+prefix), given larger-than-default random weights so that attention is peaked
+and RoPE, windows and norms all show in the output, and saved as a
+sentence-transformers model directory: config.json, weights in bfloat16 (one
+directory sharded with model.safetensors.index.json), tokenizer.json (a small WordPiece or
+Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
+sentence_bert_config.json, and for one model config_sentence_transformers.json
+with prompts. Beside each directory, NAME.npz holds the texts, their token ids,
+transformers' last hidden states (float32, each text run alone, unpadded) and
+the pooled embeddings that sentence-transformers' Pooling (and Normalize) make
+of them.
+
+Two families come as the hub publishes them, not as transformers saves them,
+and are written here from transformers' weights by the renaming that
+transformers' own conversion_mapping.py undoes when it loads a hub checkpoint:
+  - NomicBERT with contrastors' config keys (n_embd, ...) and tensor names
+    (emb_ln, encoder.layers.N.attn.Wqkv, mlp.fc11/fc12/fc2, norm1/norm2);
+  - GTE "new" with the `new.` prefix, attention.qkv_proj, mlp.up_gate_proj, and
+    NTK-scaled RoPE (`rope_scaling: {"type": "ntk"}`). transformers' GteModel has
+    no "ntk" RoPE type, so its rotary frequencies are replaced by those of the
+    published remote code (Alibaba-NLP/new-impl, NTKScalingRotaryEmbedding,
+    `_ntk_inv_freq` below); everything else is GteModel's.
+ModernBERT comes in both config layouts: the hub's (global_attn_every_n_layers,
+global/local_rope_theta) and current transformers' (layer_types, rope_parameters).
+
+Needs torch and transformers (`.venv-bench`, see the Makefile); the project and
+its tests do not: the fixtures are committed and the tests only read them.
+
+    .venv-bench/bin/python tests/make_family_fixtures.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import transformers
+from safetensors.torch import save_file
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "tests" / "fixtures" / "families"
+MAX_SEQ_LENGTH = 128
+# Short to long: the longest is cut at MAX_SEQ_LENGTH, far beyond every sliding window here.
+TEXT_INDICES = [1, 0, 9, 14, 24, 26]
+PROMPTS = {"search_query": "search_query: ", "search_document": "search_document: "}
+
+
+def texts() -> list[str]:
+    return [str(t) for t in np.load(REPO / "tests" / "fixtures" / "st_reference.npz")["texts"][TEXT_INDICES]]
+
+
+def corpus() -> list[str]:
+    docs = [str(t) for t in np.load(REPO / "tests" / "fixtures" / "st_reference.npz")["texts"]]
+    return docs + [p.read_text() for p in sorted((REPO / "samples" / "text").iterdir())]
+
+
+def wordpiece_tokenizer() -> Tokenizer:
+    """BERT-style: [CLS] text [SEP], lower-cased WordPiece, pad id 0."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(corpus(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special,
+                                                                limit_alphabet=150))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    return tok
+
+
+def unigram_tokenizer() -> Tokenizer:
+    """XLM-RoBERTa-style: <s> text </s>, SentencePiece-like Unigram, pad id 1 (positions start at 2)."""
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFKC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    special = ["<s>", "<pad>", "</s>", "<unk>"]
+    tok.train_from_iterator(corpus(), trainers.UnigramTrainer(vocab_size=400, special_tokens=special, unk_token="<unk>"))
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+    return tok
+
+
+def _ntk_inv_freq(dim: int, base: float, scaling_factor: float, mixed_b: float | None = None) -> torch.Tensor:
+    """Alibaba-NLP/new-impl's NTKScalingRotaryEmbedding._set_cos_sin_cache, as published: its cache is
+    built for max_position_embeddings * scaling_factor positions, more than max_position_embeddings,
+    so the scaled frequencies are the ones used."""
+    base = base * (scaling_factor if mixed_b is None else 1)
+    inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))
+    if mixed_b is None:
+        inv_freq = inv_freq / scaling_factor ** (2 / dim)
+    else:
+        a = torch.tensor(scaling_factor).log() / (dim / 2) ** mixed_b
+        lambda_1_m = (a * torch.arange(1, dim // 2 + 1).float() ** mixed_b).exp()
+        inv_freq = inv_freq / lambda_1_m
+    return inv_freq
+
+
+def randomise(model: torch.nn.Module, seed: int) -> None:
+    """Weights far from transformers' 0.02-std init: unit-variance embeddings, linear weights
+    1.5/sqrt(fan_in) (peaked attention), norms 1 +- 0.1, biases +- 0.1; all rounded to bfloat16."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if p.ndim == 1:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * noise)
+            elif "embeddings" in name:
+                p.copy_(noise)
+            else:
+                p.copy_(noise * 1.5 / p.shape[1] ** 0.5)
+            # Weights are saved in bfloat16 (half the bytes, and the loader's bfloat16 path under test):
+            # the reference runs in float32 on exactly those values.
+            p.copy_(p.to(torch.bfloat16).float())
+
+
+@dataclasses.dataclass
+class Fixture:
+    name: str
+    build: Callable[[], tuple[torch.nn.Module, torch.nn.Module]]  # (model to save, base model to run)
+    tokenizer: str  # "wordpiece" or "unigram"
+    pooling: str  # "mean", "cls" or "lasttoken"
+    normalize: bool
+    # Rewrites what save_pretrained wrote: (directory, base model) -> None.
+    rewrite: Callable[[Path, torch.nn.Module], None] | None = None
+    max_shard_size: str | None = None
+    prompts: dict[str, str] | None = None
+
+
+def _vocab(tokenizer: str) -> dict:
+    tok = TOKENIZERS[tokenizer]
+    if tokenizer == "wordpiece":
+        return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("[PAD]"))
+    return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("<pad>"),
+                bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"))
+
+
+def _base(model_cls, config, seed: int, base_attr: str | None = None):
+    def build():
+        model = model_cls(config).eval()
+        randomise(model, seed)
+        return model, getattr(model, base_attr) if base_attr else model
+
+    return build
+
+
+# --- hub layouts, written from transformers' weights -------------------------------------------
+
+
+def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
+    for old in path.glob("model*.safetensors*"):
+        old.unlink()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _rewrite_config(path: Path, drop: list[str], add: dict) -> None:
+    config = json.loads((path / "config.json").read_text())
+    for key in drop:
+        config.pop(key, None)
+    (path / "config.json").write_text(json.dumps(config | add, indent=2, sort_keys=True))
+
+
+def modernbert_hub_config(path: Path, base) -> None:
+    """transformers' layer_types/rope_parameters -> the hub's global_attn_every_n_layers and thetas."""
+    c = base.config
+    every = 3
+    assert c.layer_types == ["full_attention" if i % every == 0 else "sliding_attention"
+                             for i in range(c.num_hidden_layers)], c.layer_types
+    _rewrite_config(path, ["layer_types", "rope_parameters"], {
+        "global_attn_every_n_layers": every,
+        "global_rope_theta": c.rope_parameters["full_attention"]["rope_theta"],
+        "local_rope_theta": c.rope_parameters["sliding_attention"]["rope_theta"],
+    })
+    reread = transformers.AutoConfig.from_pretrained(path)
+    assert (reread.layer_types, reread.rope_parameters) == (c.layer_types, c.rope_parameters), "hub layout misread"
+
+
+def nomic_contrastors_layout(path: Path, base) -> None:
+    """NomicBertModel -> contrastors' names and config keys (the inverse of conversion_mapping's nomic_bert)."""
+    c, sd = base.config, base.state_dict()
+    out = {
+        "embeddings.word_embeddings.weight": sd["embeddings.word_embeddings.weight"],
+        "embeddings.token_type_embeddings.weight": sd["embeddings.token_type_embeddings.weight"],
+        "emb_ln.weight": sd["embeddings.LayerNorm.weight"],
+        "emb_ln.bias": sd["embeddings.LayerNorm.bias"],
+    }
+    for i in range(c.num_hidden_layers):
+        src, dst = f"layers.{i}.", f"encoder.layers.{i}."
+        out[dst + "attn.Wqkv.weight"] = torch.cat([sd[src + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        out[dst + "attn.out_proj.weight"] = sd[src + "self_attn.o_proj.weight"]
+        out[dst + "mlp.fc11.weight"] = sd[src + "mlp.up_proj.weight"]
+        out[dst + "mlp.fc12.weight"] = sd[src + "mlp.gate_proj.weight"]
+        out[dst + "mlp.fc2.weight"] = sd[src + "mlp.down_proj.weight"]
+        for old, new in (("post_attention_layernorm", "norm1"), ("post_mlp_layernorm", "norm2")):
+            out[dst + f"{new}.weight"], out[dst + f"{new}.bias"] = sd[src + f"{old}.weight"], sd[src + f"{old}.bias"]
+    _write_tensors(path, out)
+    config = {
+        "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "activation_function": "swiglu",
+        "n_embd": c.hidden_size, "n_head": c.num_attention_heads, "n_layer": c.num_hidden_layers,
+        "n_inner": c.intermediate_size, "n_positions": c.max_position_embeddings, "max_trained_positions": 2048,
+        "layer_norm_epsilon": c.layer_norm_eps, "rotary_emb_base": c.rope_parameters["rope_theta"],
+        "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False, "rotary_scaling_factor": None,
+        "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False,
+        "use_rms_norm": False, "causal": False, "type_vocab_size": c.type_vocab_size,
+        "vocab_size": c.vocab_size, "pad_vocab_size_multiple": 1, "pad_token_id": c.pad_token_id,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
+GTE_NTK = {"type": "ntk", "factor": 2.0}
+GTE_THETA = 500_000.0
+
+
+def gte_new_layout(path: Path, base) -> None:
+    """GteModel -> the hub's `new.` names, fused qkv_proj/up_gate_proj, and NewConfig keys."""
+    c, sd = base.config, base.state_dict()
+    p = "new."
+    out = {p + k: sd[k] for k in ("embeddings.word_embeddings.weight", "embeddings.LayerNorm.weight",
+                                  "embeddings.LayerNorm.bias")}
+    for i in range(c.num_hidden_layers):
+        src, dst = f"layers.{i}.", f"{p}encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            out[dst + f"attention.qkv_proj.{kind}"] = torch.cat([sd[src + f"self_attn.{x}_proj.{kind}"] for x in "qkv"])
+            out[dst + f"attention.o_proj.{kind}"] = sd[src + f"self_attn.o_proj.{kind}"]
+            out[dst + f"attn_ln.{kind}"] = sd[src + f"post_attention_layernorm.{kind}"]
+            out[dst + f"mlp_ln.{kind}"] = sd[src + f"post_mlp_layernorm.{kind}"]
+            out[dst + f"mlp.down_proj.{kind}"] = sd[src + f"mlp.down_proj.{kind}"]
+        out[dst + "mlp.up_gate_proj.weight"] = torch.cat([sd[src + "mlp.up_proj.weight"], sd[src + "mlp.gate_proj.weight"]])
+    _write_tensors(path, out)
+    config = {
+        "model_type": "new", "architectures": ["NewModel"], "hidden_act": c.hidden_act,
+        "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
+        "num_hidden_layers": c.num_hidden_layers, "intermediate_size": c.intermediate_size,
+        "max_position_embeddings": c.max_position_embeddings, "layer_norm_eps": c.layer_norm_eps,
+        "layer_norm_type": "layer_norm", "position_embedding_type": "rope", "rope_theta": GTE_THETA,
+        "rope_scaling": GTE_NTK, "logn_attention_scale": False, "pack_qkv": True, "unpad_inputs": False,
+        "use_memory_efficient_attention": False, "type_vocab_size": 0, "vocab_size": c.vocab_size,
+        "pad_token_id": c.pad_token_id,
+    }
+    (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
+def gte_ntk_model(config, seed: int):
+    """GteModel with the remote code's NTK-scaled rotary frequencies (see the module docstring)."""
+
+    def build():
+        model = transformers.GteModel(config).eval()
+        randomise(model, seed)
+        head_dim = config.hidden_size // config.num_attention_heads
+        inv_freq = _ntk_inv_freq(head_dim, GTE_THETA, GTE_NTK["factor"])
+        model.rotary_emb.inv_freq.copy_(inv_freq)
+        model.rotary_emb.original_inv_freq.copy_(inv_freq)
+        return model, model
+
+    return build
+
+
+# --- the fixtures -------------------------------------------------------------------------------
+
+
+def fixtures() -> list[Fixture]:
+    wp, ug = _vocab("wordpiece"), _vocab("unigram")
+    T = transformers
+    return [
+        Fixture("bert-mlm-prefix", _base(T.BertForMaskedLM, T.BertConfig(
+            **wp, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=MAX_SEQ_LENGTH), 1, "bert"), "wordpiece", "mean", True),
+        Fixture("bert-pooler", _base(T.BertModel, T.BertConfig(
+            **wp, hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
+            max_position_embeddings=MAX_SEQ_LENGTH + 16, hidden_act="gelu_new"), 2), "wordpiece", "cls", False),
+        Fixture("xlm-roberta-sharded", _base(T.XLMRobertaModel, T.XLMRobertaConfig(
+            **ug, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=MAX_SEQ_LENGTH + 2, type_vocab_size=1), 3), "unigram", "cls", True,
+            max_shard_size="20KB"),
+        Fixture("xlm-roberta-mlm-prefix", _base(T.XLMRobertaForMaskedLM, T.XLMRobertaConfig(
+            **ug, hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=96,
+            max_position_embeddings=MAX_SEQ_LENGTH + 2, type_vocab_size=1), 4, "roberta"), "unigram", "mean", False),
+        Fixture("modernbert-hub-config", _base(T.ModernBertForMaskedLM, T.ModernBertConfig(
+            **wp, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
+            hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=48,
+            max_position_embeddings=512, local_attention=16,
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160_000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}),
+            5, "model"), "wordpiece", "mean", True, rewrite=modernbert_hub_config),
+        Fixture("modernbert-layer-types", _base(T.ModernBertModel, T.ModernBertConfig(
+            **wp, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
+            hidden_size=48, num_hidden_layers=5, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=256, local_attention=24, norm_bias=True, attention_bias=True, mlp_bias=True,
+            layer_types=["full_attention", "sliding_attention"] * 2 + ["full_attention"],
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 80_000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0}}),
+            6), "wordpiece", "cls", False),
+        Fixture("nomic-contrastors", _base(T.NomicBertModel, T.NomicBertConfig(
+            **wp, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=8192, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}), 7),
+            "wordpiece", "mean", True, rewrite=nomic_contrastors_layout, prompts=PROMPTS),
+        Fixture("nomic-transformers", _base(T.NomicBertModel, T.NomicBertConfig(
+            **wp, hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
+            max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0}), 8),
+            "wordpiece", "lasttoken", False),
+        Fixture("gte-new-ntk", gte_ntk_model(T.GteConfig(
+            **wp, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=8192, type_vocab_size=0,
+            rope_parameters={"rope_type": "default", "rope_theta": GTE_THETA}), 9),
+            "wordpiece", "cls", True, rewrite=gte_new_layout),
+        Fixture("gte-transformers", _base(T.GteModel, T.GteConfig(
+            **ug, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
+            max_position_embeddings=8192, type_vocab_size=1), 10), "unigram", "mean", False),
+    ]
+
+
+TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer()}
+
+
+def sentence_transformers_files(path: Path, fx: Fixture, dim: int) -> None:
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if fx.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (path / "modules.json").write_text(json.dumps(modules, indent=2))
+    (path / "1_Pooling").mkdir()
+    pooling = {"word_embedding_dimension": dim, "pooling_mode_cls_token": fx.pooling == "cls",
+               "pooling_mode_mean_tokens": fx.pooling == "mean", "pooling_mode_max_tokens": False,
+               "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+               "pooling_mode_lasttoken": fx.pooling == "lasttoken", "include_prompt": True}
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
+    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": MAX_SEQ_LENGTH,
+                                                                "do_lower_case": False}))
+    if fx.prompts:
+        (path / "config_sentence_transformers.json").write_text(json.dumps(
+            {"prompts": fx.prompts, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2))
+
+
+def embed(base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture) -> dict[str, np.ndarray]:
+    """Each text alone through the model: ids, hidden states [n, D], and the pooled (normalised) embedding."""
+    tok = Tokenizer.from_str(tok.to_str())
+    tok.enable_truncation(MAX_SEQ_LENGTH)
+    ids, hidden, pooled = [], [], []
+    for text in texts:
+        text_ids = tok.encode(text).ids
+        with torch.no_grad():
+            h = base(input_ids=torch.tensor([text_ids]), attention_mask=torch.ones(1, len(text_ids), dtype=torch.long))
+        h = h.last_hidden_state[0].float()
+        vector = {"mean": h.mean(0), "cls": h[0], "lasttoken": h[-1]}[fx.pooling]
+        if fx.normalize:
+            vector = torch.nn.functional.normalize(vector, dim=-1)
+        ids.append(np.array(text_ids, np.int32))
+        hidden.append(h.numpy())
+        pooled.append(vector.numpy())
+    return {"ids": np.concatenate(ids), "lengths": np.array([len(i) for i in ids], np.int32),
+            "hidden": np.concatenate(hidden), "pooled": np.stack(pooled)}
+
+
+def make(fx: Fixture) -> None:
+    path = OUT / fx.name
+    shutil.rmtree(path, ignore_errors=True)
+    model, base = fx.build()
+    sample = texts()
+    result = embed(base, TOKENIZERS[fx.tokenizer], sample, fx)
+    if fx.prompts:
+        prompt = fx.prompts["search_document"]
+        result["prompted_pooled"] = embed(base, TOKENIZERS[fx.tokenizer], [prompt + t for t in sample], fx)["pooled"]
+        result["prompt"] = np.array(prompt)
+    model.to(torch.bfloat16)  # lossless: randomise() rounded every weight to bfloat16
+    kwargs = {} if fx.max_shard_size is None else {"max_shard_size": fx.max_shard_size}
+    model.save_pretrained(path, **kwargs)
+    if fx.rewrite:
+        fx.rewrite(path, base)
+    TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
+    sentence_transformers_files(path, fx, base.config.hidden_size)
+    np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)
+    print(f"{fx.name}: {type(base).__name__}, tokens {result['lengths'].tolist()}, "
+          f"files {sorted(p.name for p in path.iterdir())}")
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    OUT.mkdir(parents=True, exist_ok=True)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}")
+    for fx in fixtures():
+        make(fx)
+    (OUT / "VERSIONS.txt").write_text(f"made by tests/make_family_fixtures.py with transformers "
+                                      f"{transformers.__version__}, torch {torch.__version__}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Storage through S3 and GCS servers that drop and slow requests: retried reads, writes and shard reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.errors import StorageError
+from pipeline.io import filesystems, shards
+from pipeline.io.shards import iter_shard
+
+
+@pytest.fixture(params=["s3", "gs"])
+def faulty_store(request, servers, tmp_path, monkeypatch):
+    """(scheme, its fault proxy), with this process's storage environment pointed at the proxies."""
+    for name, value in servers.env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    servers.reset_faults()
+    yield request.param, servers.proxies[request.param]
+    servers.reset_faults()
+    filesystems._object_store.cache_clear()  # drops filesystems made with a patched retry limit
+
+
+def test_reads_writes_and_shards_survive_injected_faults(faulty_store, servers, monkeypatch):
+    """30% of requests fail with 503 and 10% are slowed: every write and read is whole; storage down fails loudly."""
+    scheme, proxy = faulty_store
+    servers.make_bucket(scheme, "units")
+    monkeypatch.setattr(shards, "READ_BUFFER", 4096)  # many ranged reads
+    rows = [json.dumps({"id": i, "text": f"document {i} " * 20}) for i in range(300)]
+    fs, root = filesystems.filesystem_for(f"{scheme}://units")
+    filesystems.write_file(fs, f"{root}/s.jsonl", "\n".join(rows).encode(), f"{root}/_staging")
+    proxy.reset()  # the faults' seeded sequence starts here
+    proxy.fail_rate, proxy.slow_rate, proxy.slow_seconds = 0.3, 0.1, 0.05
+    for i in range(5):
+        filesystems.write_file(fs, f"{root}/out/f{i}", b"x" * i, f"{root}/_staging")
+        assert filesystems.read_bytes(f"{scheme}://units/out/f{i}") == b"x" * i
+    docs = list(iter_shard(f"{scheme}://units/s.jsonl", "jsonl"))
+    assert [d["doc_id"] for d in docs] == [f"{scheme}://units/s.jsonl#{i}" for i in range(300)]
+    assert proxy.counts["failed"] >= 5, proxy.counts
+
+    proxy.down = True
+    # google-cloud-cpp retries each request for GCS_RETRY_SECONDS: a short limit keeps this quick.
+    monkeypatch.setattr(filesystems, "GCS_RETRY_SECONDS", 2)
+    filesystems._object_store.cache_clear()
+    with pytest.raises(StorageError, match=f"{scheme}://units/s.jsonl"):
+        list(iter_shard(f"{scheme}://units/s.jsonl", "jsonl"))
