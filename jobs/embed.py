@@ -17,6 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import run_job  # noqa: E402
+from pipeline.console import docembed_level  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.io.filesystems import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
@@ -24,9 +25,9 @@ from pipeline.options import parse_job_args  # noqa: E402
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(format="%(message)s")
-    logging.getLogger("docembed").setLevel(logging.INFO)
     try:
         cfg = parse_job_args(sys.argv[1:] if argv is None else argv, __doc__.split("\n\n")[0])
+        logging.getLogger("docembed").setLevel(docembed_level(cfg.verbosity))
         report = run_job(cfg)
     except UserError as e:
         print(f"docembed: error: {e}", file=sys.stderr)

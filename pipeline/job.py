@@ -20,9 +20,10 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pipeline.config import JobConfig
+from pipeline.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
-from pipeline.encode.placement import EncoderPlacement, place_encoders
+from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
@@ -139,16 +140,16 @@ class JobGraph:
         )
 
 
-def _init_ray() -> None:
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=True)
-    else:
-        # A laptop run: a private local Ray for this process only. "local" starts
-        # one even when another Ray runs on this machine (plain ray.init() would
-        # join the most recently started one).
-        ray.init(address="local", include_dashboard=False, log_to_driver=True)
+def _init_ray(verbosity: str) -> None:
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init(**ray_init_args(verbosity))
+        else:
+            # A laptop run: a private local Ray for this process only. "local" starts
+            # one even when another Ray runs on this machine (plain ray.init() would
+            # join the most recently started one).
+            ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
+    configure_ray_data(verbosity)
 
 
 def run(cfg: JobConfig) -> RunReport | None:
@@ -168,11 +169,12 @@ def run(cfg: JobConfig) -> RunReport | None:
         )
     sink.check_writable(cfg.output)
 
-    _init_ray()
+    _init_ray(cfg.verbosity)
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
-    log.info("docembed: %s", placement.describe())
+    check_encoders(placement, cfg.encoder)
+    log.debug("docembed: %s", placement.describe())
     # Only now, with every argument checked, is anything written.
     manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
@@ -196,8 +198,13 @@ def run(cfg: JobConfig) -> RunReport | None:
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally))
     try:
         if todo:
-            progress = ProgressLine(started=started, stages=lambda: ray.get(tally.stages.remote()))
-            _run_groups(graph.dataset(todo), report, ledger, progress)
+
+            def update(line: ProgressLine, final: bool) -> None:
+                line.update(report, 1 - len(ledger.todo) / len(ledger.members), force=final)
+
+            stages = lambda: ray.get(tally.stages.remote())  # noqa: E731
+            with progress_shown(cfg.verbosity, update, started=started, stages=stages):
+                _run_groups(graph.dataset(todo), report, ledger)
         encoders, stages = ray.get([tally.encoders.remote(), tally.stages.remote()])
     finally:
         ray.kill(tally)
@@ -219,7 +226,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, progress: ProgressLine) -> None:
+def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger) -> None:
     """Streams the groups through the stages; the ledger marks each group done as its last part lands."""
     try:
         for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
@@ -227,7 +234,6 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, progres
             report.add_summaries(rows)
             for row in rows:
                 ledger.add(row)
-            progress.update(report, 1 - len(ledger.todo) / len(ledger.members))
     except Exception as e:
         cause = _storage_failure(e)
         if cause is None:

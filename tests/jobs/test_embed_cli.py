@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -42,6 +43,17 @@ def test_user_errors_are_one_line(tmp_path, not_a_dir, args, message):
     assert len(lines) == 1 and lines[0].startswith("docembed: error:"), result.stderr
     assert message in lines[0]
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def test_a_mesh_the_encoder_hosts_cannot_hold_fails_before_anything_is_written(tmp_path):
+    """The driver checks the mesh against Ray's node list: one line, exit 2, no output, no actor started."""
+    started = time.time()
+    result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--mesh", "data=3,model=5")
+    assert result.returncode == 2, result.stderr
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert lines == ["docembed: error: mesh data=3,model=5 needs 15 devices; each cpu encoder actor has 1"]
+    assert not (tmp_path / "out").exists()
+    assert time.time() - started < 60  # Ray's start, not a run: the run in the issue took 24 s before failing
 
 
 def test_missing_required_argument_is_argparse_usage():
