@@ -9,6 +9,7 @@ The driver only ever holds file names and per-block summary rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -70,9 +71,19 @@ class SendToTally:
 
     Adds where it was sent from (node, and actor when it is one), so that an
     encoder actor can be found by what it reported.
+
+    It holds the tally's name, not its handle: it is a constructor argument of
+    the stages' actors, which Ray restarts with the arguments they were created
+    with, and a handle is a reference Ray must keep alive for that (it logs
+    ray-project/ray#53727's error when an actor with restarts has one). A name
+    is plain bytes in the creation task; each process looks the actor up once.
     """
 
-    tally: ray.actor.ActorHandle
+    tally_name: str
+
+    @functools.cached_property
+    def tally(self) -> ray.actor.ActorHandle:
+        return ray.get_actor(self.tally_name)
 
     def __call__(self, increment: Increment) -> None:
         context = ray.get_runtime_context()
@@ -190,12 +201,13 @@ def run(cfg: JobConfig) -> RunReport | None:
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
     todo = [g for g in groups if g.id not in state.done]
     # On the driver's node: the job outlives any other node, and so must the counters.
+    tally_name = f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}"
     tally = RunTallyActor.options(
-        name=f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}",
+        name=tally_name,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     ).remote()
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
-    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally))
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
     try:
         if todo:
 
