@@ -21,6 +21,7 @@ from pipeline.console import docembed_level  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.io.filesystems import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
+from pipeline.shutdown import Interrupted  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"docembed: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
+        return e.exit_code
     if report is None:
         print(f"docembed: {redact(cfg.output)} already holds a finished run; nothing to do (--overwrite to redo it)")
     else:

@@ -36,8 +36,9 @@ from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import Group, form_groups, work_blocks
 from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
-from pipeline.output.resume import open_output
+from pipeline.output.resume import clear_staging, open_output
 from pipeline.report import ProgressLine, RunReport
+from pipeline.shutdown import Interrupted, interruptible
 from pipeline.stage_clock import Increment, RunTally
 from pipeline.stages import EXTRACT_BATCH, ChunkBlock, EncodeBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
@@ -151,16 +152,19 @@ class JobGraph:
         )
 
 
-def _init_ray(verbosity: str) -> None:
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init(**ray_init_args(verbosity))
-        else:
-            # A laptop run: a private local Ray for this process only. "local" starts
-            # one even when another Ray runs on this machine (plain ray.init() would
-            # join the most recently started one).
-            ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
+def _init_ray(verbosity: str) -> bool:
+    """Connects to Ray, or starts a private local one; True when this process started it (and so owns it)."""
     configure_ray_data(verbosity)
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(**ray_init_args(verbosity))
+        return False
+    # A laptop run: a private local Ray for this process only. "local" starts
+    # one even when another Ray runs on this machine (plain ray.init() would
+    # join the most recently started one).
+    ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
+    return True
 
 
 def run(cfg: JobConfig) -> RunReport | None:
@@ -180,7 +184,20 @@ def run(cfg: JobConfig) -> RunReport | None:
         )
     sink.check_writable(cfg.output)
 
-    _init_ray(cfg.verbosity)
+    owns_ray = _init_ray(cfg.verbosity)
+    with interruptible():
+        try:
+            return _run_on_ray(cfg, started, spec, chunking, extract, inputs, skipped)
+        except Interrupted:
+            if owns_ray:
+                ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
+            clear_staging(cfg.output)
+            raise
+
+
+def _run_on_ray(
+    cfg: JobConfig, started: float, spec, chunking: ChunkingConfig, extract: ExtractConfig, inputs, skipped: int
+) -> RunReport | None:
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
@@ -240,12 +257,16 @@ def run(cfg: JobConfig) -> RunReport | None:
 
 def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger) -> None:
     """Streams the groups through the stages; the ledger marks each group done as its last part lands."""
+    summaries = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
     try:
-        for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for summary in summaries:
             rows = summary.to_pylist()
             report.add_summaries(rows)
             for row in rows:
                 ledger.add(row)
+    except Interrupted:
+        summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
+        raise
     except Exception as e:
         cause = _storage_failure(e)
         if cause is None:
