@@ -29,6 +29,7 @@ from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io.listing import list_inputs
+from pipeline.io import shards
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output import sink
@@ -213,6 +214,7 @@ def _run_on_ray(
         return None
     if state.done:
         log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
+    groups = _plan_big_shards(groups, set(state.done), fields, placement.stage_cpus)
     ledger = Ledger(cfg.output, groups, state)
     report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
@@ -253,6 +255,18 @@ def _run_on_ray(
     }
     sink.write_success(cfg.output, success)
     return report
+
+
+def _plan_big_shards(groups: list[Group], done: set[str], fields: ShardFields, cpus: float) -> list[Group]:
+    """`groups` with the units of each big shard still to do (pipeline.io.shards.plan_units): one
+    task per shard, side by side on the CPU workers, each reading its shard's ids once."""
+    unit_bytes = shards.UNIT_BYTES  # read here, in the driver: tests and bench/shards.py set it
+    big = [g for g in groups if g.id not in done and g.members[0].is_shard]
+    big = [g for g in big if shards.may_split(g.members[0].uri, g.members[0].size, unit_bytes)]
+    plan = ray.remote(num_cpus=cpus)(shards.plan_units)
+    plans = ray.get([plan.remote(f.uri, f.kind, f.size, fields, unit_bytes) for f in (g.members[0] for g in big)])
+    planned = {g.id: dataclasses.replace(g, plan=p) for g, p in zip(big, plans) if p is not None}
+    return [planned.get(g.id, g) for g in groups]
 
 
 def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger) -> None:

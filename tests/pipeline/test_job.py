@@ -284,3 +284,39 @@ def test_stage_actors_constructor_arguments_are_inline_so_a_restart_cannot_lose_
     ours, _, control = probe.stderr.partition("ours started")
     assert "constructor arguments in the object store" not in ours, ours[-2000:]
     assert "constructor arguments in the object store" in control, control[-2000:]
+
+
+def test_big_shards_in_units_with_repeated_ids_embed_each_id_once_across_a_resume(ray_local, tmp_path, monkeypatch):
+    """Shards cut into units (a tiny unit size here) whose repeats fall in other units than their first
+    occurrence: one DuplicateId row per repeat, the first occurrence embedded once, and the same after a
+    rerun that redoes the shards' groups over the parts a killed driver left."""
+    from pipeline.io import shards
+
+    monkeypatch.setattr(shards, "UNIT_BYTES", 300)
+    ids = [f"d{i % 7}" for i in range(20)]  # 7 distinct ids, 13 repeats
+    texts = [f"Document {i}: a few words about shard units." for i in range(20)]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "s.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(ids, texts)))
+    pq.write_table(pa.table({"id": ids, "text": texts}), inputs / "s.parquet", row_group_size=3)
+    out = tmp_path / "out"
+    cfg = JobConfig(inputs=(str(inputs),), output=str(out), overlap=8)
+
+    def check() -> None:
+        chunks, errors = read_table(str(out)), read_errors(str(out))
+        keys = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_index").to_pylist()))
+        assert len(keys) == len(set(keys)) == 14
+        assert sorted(d.rsplit("#", 1)[1] for d in chunks.column("doc_id").to_pylist()) == sorted(list(set(ids)) * 2)
+        assert errors.column("error_type").to_pylist() == ["DuplicateId"] * 26
+        assert read_report(str(out))["counts"]["docs_failed"] == 26
+
+    report = run_job(cfg)
+    assert (report.docs_ok, report.docs_failed) == (14, 26)
+    check()
+    # A driver killed after the shards' parts landed, before their markers and _SUCCESS.
+    (out / "_SUCCESS").unlink()
+    for marker in (out / "_groups").iterdir():
+        marker.unlink()
+    run_job(cfg)
+    assert read_report(str(out))["output"]["groups_resumed"] == 0
+    check()
