@@ -4,7 +4,9 @@ Options may also come from a YAML file (`--config job.yaml`); flags override it.
 
 Runs on the Ray cluster named by RAY_ADDRESS, or on a local Ray started in
 this process when it is unset. Bad arguments, a missing input, an unreadable
-model or an unwritable output end the job with one line on stderr and exit 2.
+model, an unwritable output or a mesh the encoder hosts cannot hold end the job
+with one line on stderr and exit 2; Ctrl-C or SIGTERM with one line and exit
+130 or 143 (the same command resumes).
 """
 
 from __future__ import annotations
