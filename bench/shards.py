@@ -132,7 +132,8 @@ def main():
             print(f"round {r + 1} {'units' if split else 'whole'}: {seconds:.1f}s, {units} unit(s), "
                   f"{rows / seconds:,.0f} rows/s, driver peak RSS {peak / 2**20:.0f} MiB", flush=True)
     ratios = [w[0] / u[0] for w, u in zip(results[False], results[True])]
-    print(f"whole / units wall time: median {statistics.median(ratios):.2f}x, range {min(ratios):.2f}-{max(ratios):.2f}x")
+    spread = f"{min(ratios):.2f}-{max(ratios):.2f}x"
+    print(f"whole / units wall time: median {statistics.median(ratios):.2f}x, range {spread}")
 
 
 if __name__ == "__main__":

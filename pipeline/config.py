@@ -9,7 +9,6 @@ from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 
-
 # What the job prints while it runs: see pipeline.console.
 VERBOSITY = ("quiet", "normal", "verbose")
 

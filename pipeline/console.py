@@ -26,6 +26,7 @@ from ray.data._internal.logging import SessionFileHandler
 
 from pipeline.report import ProgressLine
 
+
 def ray_init_args(verbosity: str) -> dict:
     """`ray.init` arguments: the driver's `ray` logger level, and whether workers' output reaches this console."""
     return {

@@ -28,8 +28,8 @@ from pipeline.encode.placement import EncoderPlacement, check_encoders, place_en
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.io.listing import list_inputs
 from pipeline.io import shards
+from pipeline.io.listing import list_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output import sink

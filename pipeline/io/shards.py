@@ -120,7 +120,10 @@ def plan_units(
     fs, path = filesystem_for(uri)
     try:
         with _RangeReader(fs, path, uri) as raw:
-            cuts = _jsonl_cuts(uri, raw, fields, unit_bytes) if kind == "jsonl" else _parquet_cuts(raw, fields, unit_bytes)
+            if kind == "jsonl":
+                cuts = _jsonl_cuts(uri, raw, fields, unit_bytes)
+            else:
+                cuts = _parquet_cuts(raw, fields, unit_bytes)
     except (ShardError, *NOT_FOUND):
         return None
     if cuts is None:
@@ -335,7 +338,9 @@ def _parquet_batches(shard: pq.ParquetFile, columns: list[str], unit: ShardUnit)
     return shard.iter_batches(batch_size=PARQUET_BATCH, columns=columns, row_groups=groups)
 
 
-def _parquet_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats) -> Iterator[dict]:
+def _parquet_rows(
+    uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats
+) -> Iterator[dict]:
     shard = _open_parquet(raw, fields)
     row = unit.first
     try:
