@@ -80,13 +80,14 @@ class PeakRss:
         self.thread.join()
 
 
-def read_once(shard: InputFile, split: bool) -> tuple[float, int, int, int]:
-    """(seconds, rows read, units, driver peak RSS bytes) for one pass over the shard."""
+def read_once(shard: InputFile, split: bool) -> tuple[float, float, int, int, int]:
+    """(seconds, of which planning, rows read, units, driver peak RSS bytes) for one pass over the shard."""
     with PeakRss() as rss:
         started = time.perf_counter()
         plan = None
         if split:
             plan = ray.get(ray.remote(num_cpus=1)(shards.plan_units).remote(shard.uri, shard.kind, shard.size))
+        planning = time.perf_counter() - started
         group = Group("bench", (shard,), plan)
         ds = (
             ray.data.from_arrow(work_blocks([group], EXTRACT_BATCH))
@@ -95,7 +96,7 @@ def read_once(shard: InputFile, split: bool) -> tuple[float, int, int, int]:
         )
         rows = sum(b["rows"].sum() for b in ds.iter_batches(batch_size=None, batch_format="numpy"))
         seconds = time.perf_counter() - started
-    return seconds, int(rows), len(plan.units) if plan else 1, rss.peak
+    return seconds, planning, int(rows), len(plan.units) if plan else 1, rss.peak
 
 
 def main():
@@ -126,11 +127,11 @@ def main():
     results = {False: [], True: []}
     for r in range(args.rounds):
         for split in (False, True):
-            seconds, rows, units, peak = read_once(shard, split)
+            seconds, planning, rows, units, peak = read_once(shard, split)
             assert rows == meta.num_rows, (rows, meta.num_rows)
             results[split].append((seconds, peak))
-            print(f"round {r + 1} {'units' if split else 'whole'}: {seconds:.1f}s, {units} unit(s), "
-                  f"{rows / seconds:,.0f} rows/s, driver peak RSS {peak / 2**20:.0f} MiB", flush=True)
+            print(f"round {r + 1} {'units' if split else 'whole'}: {seconds:.1f}s (planning {planning:.1f}s), "
+                  f"{units} unit(s), {rows / seconds:,.0f} rows/s, driver peak RSS {peak / 2**20:.0f} MiB", flush=True)
     ratios = [w[0] / u[0] for w, u in zip(results[False], results[True])]
     spread = f"{min(ratios):.2f}-{max(ratios):.2f}x"
     print(f"whole / units wall time: median {statistics.median(ratios):.2f}x, range {spread}")
