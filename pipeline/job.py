@@ -8,6 +8,7 @@ The driver only ever holds file names and per-block summary rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -16,6 +17,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -29,7 +31,7 @@ from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
-from pipeline.io.listing import list_inputs
+from pipeline.io.listing import InputFile, list_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output import sink
@@ -197,7 +199,13 @@ def run(cfg: JobConfig) -> RunReport | None:
 
 
 def _run_on_ray(
-    cfg: JobConfig, started: float, spec, chunking: ChunkingConfig, extract: ExtractConfig, inputs, skipped: int
+    cfg: JobConfig,
+    started: float,
+    spec: model_dir.ModelSpec,
+    chunking: ChunkingConfig,
+    extract: ExtractConfig,
+    inputs: list[InputFile],
+    skipped: int,
 ) -> RunReport | None:
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
@@ -264,7 +272,8 @@ def _plan_big_shards(groups: list[Group], done: set[str], fields: ShardFields, c
     big = [g for g in groups if g.id not in done and g.members[0].is_shard]
     big = [g for g in big if shards.may_split(g.members[0].uri, g.members[0].size, unit_bytes)]
     plan = ray.remote(num_cpus=cpus)(shards.plan_units)
-    plans = ray.get([plan.remote(f.uri, f.kind, f.size, fields, unit_bytes) for f in (g.members[0] for g in big)])
+    with _storage_failures_in_one_line():
+        plans = ray.get([plan.remote(f.uri, f.kind, f.size, fields, unit_bytes) for f in (g.members[0] for g in big)])
     planned = {g.id: dataclasses.replace(g, plan=p) for g, p in zip(big, plans) if p is not None}
     return [planned.get(g.id, g) for g in groups]
 
@@ -273,14 +282,22 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger) -> None
     """Streams the groups through the stages; the ledger marks each group done as its last part lands."""
     summaries = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
     try:
-        for summary in summaries:
-            rows = summary.to_pylist()
-            report.add_summaries(rows)
-            for row in rows:
-                ledger.add(row)
+        with _storage_failures_in_one_line():
+            for summary in summaries:
+                rows = summary.to_pylist()
+                report.add_summaries(rows)
+                for row in rows:
+                    ledger.add(row)
     except Interrupted:
         summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
         raise
+
+
+@contextlib.contextmanager
+def _storage_failures_in_one_line() -> Iterator[None]:
+    """A StorageError raised in a worker, however Ray wrapped it on its way, as the driver's StorageError."""
+    try:
+        yield
     except Exception as e:
         cause = _storage_failure(e)
         if cause is None:
