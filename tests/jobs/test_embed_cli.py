@@ -24,6 +24,15 @@ def not_a_dir(tmp_path):
     return blocker
 
 
+def not_docembeds(lines: list[str]) -> list[str]:
+    """Printed lines that are neither docembed's (its progress, errors, summary) nor a warning or error of Ray's
+    (e.g. its notice that token authentication is on, or its core worker's line about Ray Data's own actor
+    arguments, ray-project/ray#53727: see docs/run-report.md)."""
+    ray_warnings = ("\tWARNING ", "\tERROR ", "issues/53727")
+    return [line for line in lines
+            if not line.startswith(("docembed:", "  ")) and not any(w in line for w in ray_warnings)]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -37,15 +46,6 @@ def not_a_dir(tmp_path):
         (["--input", "{tmp}", "--output", "{tmp}/out"], "no documents"),
     ],
 )
-def not_docembeds(lines: list[str]) -> list[str]:
-    """Printed lines that are neither docembed's (its progress, errors, summary) nor a warning or error of Ray's
-    (e.g. its notice that token authentication is on, or its core worker's line about Ray Data's own actor
-    arguments, ray-project/ray#53727: see docs/run-report.md)."""
-    ray_warnings = ("\tWARNING ", "\tERROR ", "issues/53727")
-    return [line for line in lines
-            if not line.startswith(("docembed:", "  ")) and not any(w in line for w in ray_warnings)]
-
-
 def test_user_errors_are_one_line(tmp_path, not_a_dir, args, message):
     args = [a.format(tmp=tmp_path, blocker=not_a_dir) for a in args]
     result = run_cli(*args)
