@@ -59,7 +59,7 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	touch $@
 
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder extract pipeline storage faults
+BENCHMARKS := attention encoder extract pipeline storage faults shards
 bench: $(BENCH_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 

@@ -9,6 +9,9 @@ from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 
+# What the job prints while it runs: see pipeline.console.
+VERBOSITY = ("quiet", "normal", "verbose")
+
 
 @dataclasses.dataclass(frozen=True)
 class Resources:
@@ -41,6 +44,7 @@ class JobConfig:
     group_size: int = 64  # single-document files committed together (a shard is a group of its own)
     id_field: str = "id"  # a jsonl/parquet shard row's document id
     text_field: str = "text"  # a jsonl/parquet shard row's text
+    verbosity: str = "normal"  # "quiet", "normal" or "verbose": what the job prints (pipeline.console)
 
     def __post_init__(self):
         if not self.inputs:
@@ -49,5 +53,7 @@ class JobConfig:
             raise ConfigError("--output is required")
         if self.group_size < 1:
             raise ConfigError(f"--group-size must be at least 1, got {self.group_size}")
+        if self.verbosity not in VERBOSITY:
+            raise ConfigError(f"verbosity must be one of {', '.join(VERBOSITY)}, got {self.verbosity!r}")
         if not self.id_field or not self.text_field:
             raise ConfigError("--id-field and --text-field must not be empty")

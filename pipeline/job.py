@@ -8,25 +8,30 @@ The driver only ever holds file names and per-block summary rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pipeline.config import JobConfig
+from pipeline.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
-from pipeline.encode.placement import EncoderPlacement, place_encoders
+from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.io.listing import list_inputs
+from pipeline.io import shards
+from pipeline.io.listing import InputFile, list_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output import sink
@@ -34,8 +39,9 @@ from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import Group, form_groups, work_blocks
 from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
-from pipeline.output.resume import open_output
+from pipeline.output.resume import clear_staging, open_output
 from pipeline.report import ProgressLine, RunReport
+from pipeline.shutdown import Interrupted, interruptible
 from pipeline.stage_clock import Increment, RunTally
 from pipeline.stages import EXTRACT_BATCH, ChunkBlock, EncodeBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
@@ -69,9 +75,19 @@ class SendToTally:
 
     Adds where it was sent from (node, and actor when it is one), so that an
     encoder actor can be found by what it reported.
+
+    It holds the tally's name, not its handle: it is a constructor argument of
+    the stages' actors, which Ray restarts with the arguments they were created
+    with, and a handle is a reference Ray must keep alive for that (it logs
+    ray-project/ray#53727's error when an actor with restarts has one). A name
+    is plain bytes in the creation task; each process looks the actor up once.
     """
 
-    tally: ray.actor.ActorHandle
+    tally_name: str
+
+    @functools.cached_property
+    def tally(self) -> ray.actor.ActorHandle:
+        return ray.get_actor(self.tally_name)
 
     def __call__(self, increment: Increment) -> None:
         context = ray.get_runtime_context()
@@ -139,16 +155,19 @@ class JobGraph:
         )
 
 
-def _init_ray() -> None:
+def _init_ray(verbosity: str) -> bool:
+    """Connects to Ray, or starts a private local one; True when this process started it (and so owns it)."""
+    configure_ray_data(verbosity)
     if ray.is_initialized():
-        return
+        return False
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=True)
-    else:
-        # A laptop run: a private local Ray for this process only. "local" starts
-        # one even when another Ray runs on this machine (plain ray.init() would
-        # join the most recently started one).
-        ray.init(address="local", include_dashboard=False, log_to_driver=True)
+        ray.init(**ray_init_args(verbosity))
+        return False
+    # A laptop run: a private local Ray for this process only. "local" starts
+    # one even when another Ray runs on this machine (plain ray.init() would
+    # join the most recently started one).
+    ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
+    return True
 
 
 def run(cfg: JobConfig) -> RunReport | None:
@@ -168,11 +187,31 @@ def run(cfg: JobConfig) -> RunReport | None:
         )
     sink.check_writable(cfg.output)
 
-    _init_ray()
+    owns_ray = _init_ray(cfg.verbosity)
+    with interruptible():
+        try:
+            return _run_on_ray(cfg, started, spec, chunking, extract, inputs, skipped)
+        except Interrupted:
+            if owns_ray:
+                ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
+            clear_staging(cfg.output)
+            raise
+
+
+def _run_on_ray(
+    cfg: JobConfig,
+    started: float,
+    spec: model_dir.ModelSpec,
+    chunking: ChunkingConfig,
+    extract: ExtractConfig,
+    inputs: list[InputFile],
+    skipped: int,
+) -> RunReport | None:
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
-    log.info("docembed: %s", placement.describe())
+    check_encoders(placement, cfg.encoder)
+    log.debug("docembed: %s", placement.describe())
     # Only now, with every argument checked, is anything written.
     manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
@@ -183,21 +222,28 @@ def run(cfg: JobConfig) -> RunReport | None:
         return None
     if state.done:
         log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
+    groups = _plan_big_shards(groups, set(state.done), fields, placement.stage_cpus)
     ledger = Ledger(cfg.output, groups, state)
     report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
     report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
     todo = [g for g in groups if g.id not in state.done]
     # On the driver's node: the job outlives any other node, and so must the counters.
+    tally_name = f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}"
     tally = RunTallyActor.options(
-        name=f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}",
+        name=tally_name,
         scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
     ).remote()
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
-    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally))
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
     try:
         if todo:
-            progress = ProgressLine(started=started, stages=lambda: ray.get(tally.stages.remote()))
-            _run_groups(graph.dataset(todo), report, ledger, progress)
+
+            def update(line: ProgressLine, final: bool) -> None:
+                line.update(report, 1 - len(ledger.todo) / len(ledger.members), force=final)
+
+            stages = lambda: ray.get(tally.stages.remote())  # noqa: E731
+            with progress_shown(cfg.verbosity, update, started=started, stages=stages):
+                _run_groups(graph.dataset(todo), report, ledger)
         encoders, stages = ray.get([tally.encoders.remote(), tally.stages.remote()])
     finally:
         ray.kill(tally)
@@ -219,15 +265,39 @@ def run(cfg: JobConfig) -> RunReport | None:
     return report
 
 
-def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, progress: ProgressLine) -> None:
+def _plan_big_shards(groups: list[Group], done: set[str], fields: ShardFields, cpus: float) -> list[Group]:
+    """`groups` with the units of each big shard still to do (pipeline.io.shards.plan_units): one
+    task per shard, side by side on the CPU workers, each reading its shard's ids once."""
+    unit_bytes = shards.UNIT_BYTES  # read here, in the driver: tests and bench/shards.py set it
+    big = [g for g in groups if g.id not in done and g.members[0].is_shard]
+    big = [g for g in big if shards.may_split(g.members[0].uri, g.members[0].size, unit_bytes)]
+    plan = ray.remote(num_cpus=cpus)(shards.plan_units)
+    with _storage_failures_in_one_line():
+        plans = ray.get([plan.remote(f.uri, f.kind, f.size, fields, unit_bytes) for f in (g.members[0] for g in big)])
+    planned = {g.id: dataclasses.replace(g, plan=p) for g, p in zip(big, plans) if p is not None}
+    return [planned.get(g.id, g) for g in groups]
+
+
+def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger) -> None:
     """Streams the groups through the stages; the ledger marks each group done as its last part lands."""
+    summaries = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
     try:
-        for summary in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            rows = summary.to_pylist()
-            report.add_summaries(rows)
-            for row in rows:
-                ledger.add(row)
-            progress.update(report, 1 - len(ledger.todo) / len(ledger.members))
+        with _storage_failures_in_one_line():
+            for summary in summaries:
+                rows = summary.to_pylist()
+                report.add_summaries(rows)
+                for row in rows:
+                    ledger.add(row)
+    except Interrupted:
+        summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
+        raise
+
+
+@contextlib.contextmanager
+def _storage_failures_in_one_line() -> Iterator[None]:
+    """A StorageError raised in a worker, however Ray wrapped it on its way, as the driver's StorageError."""
+    try:
+        yield
     except Exception as e:
         cause = _storage_failure(e)
         if cause is None:

@@ -75,6 +75,8 @@ OPTIONS = (
     Option("--group-size", int, "files committed together (default 64)", 64, metavar="N"),
     Option("--id-field", str, "document id field of jsonl/parquet shards (default id)", "id", metavar="NAME"),
     Option("--text-field", str, "text field of jsonl/parquet shards (default text)", "text", metavar="NAME"),
+    Option("--quiet", bool, "print only warnings, errors and the run summary", False),
+    Option("--verbose", bool, "print Ray's own progress and INFO lines as well", False),
 )
 _BY_KEY = {o.key: o for o in OPTIONS}
 
@@ -165,6 +167,8 @@ def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
     for o in OPTIONS:
         if o.required and not values[o.key]:
             raise ConfigError(f"{o.flag} is required (on the command line or in --config)")
+    if values["quiet"] and values["verbose"]:
+        raise ConfigError("--quiet and --verbose exclude each other")
     return JobConfig(
         inputs=tuple(values["input"]),
         output=values["output"],
@@ -181,4 +185,5 @@ def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
         group_size=values["group_size"],
         id_field=values["id_field"],
         text_field=values["text_field"],
+        verbosity="quiet" if values["quiet"] else "verbose" if values["verbose"] else "normal",
     )

@@ -28,12 +28,19 @@ ERROR_FIELDS = [
 ERROR_NAMES = [f.name for f in ERROR_FIELDS]
 
 # Which commit group a row belongs to. group_docs: documents in the group, on every
-# row of a file group and on the rows of a shard's last document (its reader only
-# knows the count at the end).
+# row of a file group and of a shard cut into units (its plan counted them), and on
+# the rows of a whole shard's last document (its reader only knows the count at the end).
 GROUP_FIELDS = [pa.field("group", pa.string()), pa.field("group_docs", pa.int32())]
 GROUP_NAMES = [f.name for f in GROUP_FIELDS]
 
-WORK_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())] + GROUP_FIELDS)
+# A shard's unit (pipeline.io.shards.ShardUnit) rides on its work row: null for files and whole shards.
+UNIT_FIELDS = [
+    pa.field("unit_start", pa.int64()),
+    pa.field("unit_stop", pa.int64()),
+    pa.field("unit_first", pa.int64()),
+    pa.field("unit_repeats", pa.list_(pa.int64())),
+]
+WORK_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())] + GROUP_FIELDS + UNIT_FIELDS)
 
 DOC_SCHEMA = pa.schema(
     [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]

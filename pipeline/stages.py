@@ -23,7 +23,7 @@ from pipeline.errors import DocumentError, SandboxError
 from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
 from pipeline.io.filesystems import read_many
-from pipeline.io.shards import SHARD_KINDS, ShardFields, iter_shard
+from pipeline.io.shards import SHARD_KINDS, WHOLE, ShardFields, ShardUnit, iter_shard
 from pipeline.schemas import (
     CHUNK_SCHEMA,
     DOC_SCHEMA,
@@ -75,7 +75,7 @@ def extract_block(
     for row in items:
         group = {name: row[name] for name in GROUP_NAMES}
         if row["kind"] in SHARD_KINDS:
-            yield from _shard_blocks(row["doc_id"], row["kind"], group["group"], fields, clock)
+            yield from _shard_blocks(row["doc_id"], row["kind"], group, _unit(row), fields, clock)
             continue
         doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None, **group}
         data = next(contents)
@@ -103,24 +103,38 @@ def extract_block(
         yield pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
 
 
-def _shard_blocks(uri: str, kind: str, group: str, fields: ShardFields, clock: StageClock) -> Iterator[pa.Table]:
-    """One shard's document rows in blocks; the last row carries the shard's document count.
+def _unit(row: dict) -> ShardUnit:
+    if row["unit_start"] is None:
+        return WHOLE
+    return ShardUnit(row["unit_start"], row["unit_stop"], row["unit_first"], tuple(row["unit_repeats"]))
+
+
+def _shard_blocks(
+    uri: str, kind: str, group: dict, unit: ShardUnit, fields: ShardFields, clock: StageClock
+) -> Iterator[pa.Table]:
+    """One shard unit's document rows in blocks. A whole shard's last row carries its document
+    count; a planned unit's rows carry the count its plan made (`group`'s group_docs).
 
     Reading a shard is its documents' read stage (parsing jsonl or Parquet is the extraction).
     """
     block, count, previous = [], 0, None
-    for doc in _timed_reads(iter_shard(uri, kind, fields), clock):
+    for doc in _timed_reads(iter_shard(uri, kind, fields, unit), clock):
         if previous is not None:
             block.append(previous)
             if len(block) == SHARD_BLOCK:
                 yield pa.Table.from_pylist(block, schema=DOC_SCHEMA)
                 block = []
         count += 1
-        previous = {"kind": "text", "pages": None, **doc, "group": group, "group_docs": None}
-    previous["group_docs"] = count  # iter_shard yields at least one row, an error row for an empty shard
-    block.append(previous)
+        previous = {"kind": "text", "pages": None, **doc, **group}
+        if unit is WHOLE:
+            previous["group_docs"] = None
+    if unit is WHOLE:
+        previous["group_docs"] = count  # iter_shard yields at least one row, an error row for an empty shard
+    if previous is not None:
+        block.append(previous)
     clock.send()
-    yield pa.Table.from_pylist(block, schema=DOC_SCHEMA)
+    if block:
+        yield pa.Table.from_pylist(block, schema=DOC_SCHEMA)
 
 
 def _timed_reads(docs: Iterator[dict], clock: StageClock) -> Iterator[dict]:

@@ -2,6 +2,7 @@
 
     attention(q, k, v, *, kv_lengths=None, segment_ids=None, window=None, impl="auto", scale=None)
     available_impls()  # names that can run on this platform
+    runs_on(impl, platform)  # whether impl can run on a platform ("cpu", "gpu", "tpu")
 
 Implementations (`IMPLS`): reference (plain XLA, the oracle), blockwise (flash
 attention in plain JAX), pallas (our Pallas kernel: Mosaic on TPU, Triton on GPU,
@@ -10,7 +11,7 @@ interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn
 for tests.
 """
 
-from kernels.attention._dispatch import IMPLS, attention, available_impls
+from kernels.attention._dispatch import IMPLS, attention, available_impls, runs_on
 from kernels.attention._platform import tpu_interpret_mode
 
-__all__ = ["IMPLS", "attention", "available_impls", "tpu_interpret_mode"]
+__all__ = ["IMPLS", "attention", "available_impls", "runs_on", "tpu_interpret_mode"]

@@ -113,7 +113,14 @@ IMPLS = tuple(_IMPLS)
 def available_impls() -> list[str]:
     """Implementations that can run on the current default backend (any dtype/shape limits aside)."""
     platform = _platform.platform()
-    return [name for name, impl in _IMPLS.items() if impl.platforms is None or platform in impl.platforms]
+    return [name for name in _IMPLS if runs_on(name, platform)]
+
+
+def runs_on(impl: str, platform: str) -> bool:
+    """Whether `impl` ("auto" or a name in IMPLS) can run on `platform` ("cpu", "gpu", "tpu"),
+    dtype and shape limits aside: for a caller that knows where it will run before it traces."""
+    platforms = None if impl == "auto" else _IMPLS[impl].platforms
+    return platforms is None or platform in platforms
 
 
 def _auto_candidates(problem: Problem) -> list[str]:

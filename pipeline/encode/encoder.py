@@ -90,8 +90,10 @@ def _check_mesh(mesh: MeshShape) -> None:
         raise ConfigError(f"mesh {_format_mesh(mesh)} names an axis twice")
 
 
-def _mesh_shape(mesh: MeshShape, n_devices: int) -> dict[str, int]:
-    """Fills in the axes `mesh` leaves out and checks that this host has the devices."""
+def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") -> dict[str, int]:
+    """Fills in the axes `mesh` leaves out and checks that `holder` has the devices.
+
+    The driver calls it too, with each encoder actor's device count, before anything is written."""
     shape = dict(mesh)
     model = shape.setdefault("model", 1)
     if "data" not in shape:
@@ -101,7 +103,7 @@ def _mesh_shape(mesh: MeshShape, n_devices: int) -> dict[str, int]:
     needed = math.prod(shape.values())
     if needed > n_devices:
         mesh_text = _format_mesh(tuple(shape.items()))
-        raise ConfigError(f"mesh {mesh_text} needs {needed} devices; this process has {n_devices}")
+        raise ConfigError(f"mesh {mesh_text} needs {needed} devices; {holder} has {n_devices}")
     return shape
 
 
@@ -121,7 +123,7 @@ class Encoder:
         self.spec = spec
         self.cfg = cfg
         devices = jax.local_devices() if devices is None else devices
-        self.mesh = sharding.make_mesh(_mesh_shape(cfg.mesh, len(devices)), devices)
+        self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
 
         params = encoders.cast_params(load_params(spec), DTYPES[cfg.dtype])

@@ -5,13 +5,19 @@ host's chips from one process) and builds its mesh over them; hosts work
 data-parallel through Ray and never talk to each other. `place_encoders` decides
 from the cluster's node list alone, so it is testable without a cluster, and it
 fails fast when the requested accelerator is absent instead of leaving actors
-pending forever.
+pending forever. `check_encoders` then holds the encoder's options (mesh,
+attention) to the devices the placement gives each actor, also before anything
+is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 
+from kernels.attention import IMPLS, runs_on
+from pipeline.encode.encoder import EncoderConfig, mesh_shape
 from pipeline.errors import ConfigError
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
@@ -76,9 +82,8 @@ def place_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None,
             raise ConfigError("--accelerator gpu, but no node of this Ray cluster has a GPU")
         placement = EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}, 1, stage_cpus=1.0)
     else:
-        # XLA shows a host's CPU as one device.
         actors = cpu_actors or max(1, len(nodes))
-        placement = EncoderPlacement("cpu", actors, {"num_cpus": cpu_per_actor}, 1, stage_cpus=0.5)
+        placement = EncoderPlacement("cpu", actors, {"num_cpus": cpu_per_actor}, cpu_devices(), stage_cpus=0.5)
     return _size_cpu_stages(placement, sum(n["Resources"].get("CPU", 0) for n in nodes))
 
 
@@ -93,3 +98,24 @@ def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> Encode
             f"reserve {encoders:g} and the CPU stages need {2 * placement.stage_cpus:g} more"
         )
     return dataclasses.replace(placement, max_cpu_actors=slots - 1)
+
+
+def cpu_devices(environ=os.environ) -> int:
+    """JAX devices a CPU encoder actor has: XLA shows a host's CPU as one device, unless
+    XLA_FLAGS forces more (the actors of a local Ray inherit the driver's environment)."""
+    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
+    return int(forced.group(1)) if forced else 1
+
+
+def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig) -> None:
+    """Raises ConfigError when `encoder`'s mesh or attention implementation cannot run on the placed actors.
+
+    The batch size needs no check: it counts rows per data shard, so every batch
+    splits evenly over any data axis (`pipeline.encode.batching`).
+    """
+    mesh_shape(encoder.mesh, placement.devices_per_actor, f"each {placement.kind} encoder actor")
+    if not runs_on(encoder.attention, placement.kind):
+        runnable = ", ".join(name for name in ("auto", *IMPLS) if runs_on(name, placement.kind))
+        raise ConfigError(
+            f"--attention {encoder.attention} cannot run on the {placement.kind} encoder actors; these can: {runnable}"
+        )

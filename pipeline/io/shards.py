@@ -11,8 +11,23 @@ A row that cannot be a document (not JSON, no id, no text) becomes an error row
 of its own; a shard that cannot be read at all (not Parquet, missing columns,
 a corrupt gzip stream, no rows) becomes one error row with the shard's URI as
 doc_id, after any documents read before the damage. Storage failures are not the
-shard's fault: they raise `StorageError` and stop the job. Ids are expected to be
-unique within a shard (the pipeline does not hold a shard's ids to check).
+shard's fault: they raise `StorageError` and stop the job.
+
+Big shards are read in units that extraction workers share (`plan_units`):
+a Parquet shard by runs of row groups, an uncompressed jsonl shard by byte
+ranges that start at line starts; a `.jsonl.gz` stream cannot be entered in
+the middle and stays one unit. Units are cut from the file alone, so a rerun
+cuts the same ones. The plan also counts the shard's documents, so that the
+job knows up front how many rows its units give in all.
+
+Ids must be unique within a shard: each repeat of an id becomes a `DuplicateId`
+error row (doc_id `URI#line:N` or `URI#row:N`, so that every doc_id in the
+output stays unique) and only the first occurrence is a document. A shard read
+as one unit finds repeats as it reads (holding the ids it has seen: for a big
+`.jsonl.gz` that is the memory its ids take). A shard cut into units cannot see
+the other units' ids, so `plan_units` reads its id column once beforehand (a
+pass over the whole file for jsonl, the id column alone for Parquet) and gives
+each unit the positions of the repeats that fall in it.
 """
 
 from __future__ import annotations
@@ -24,6 +39,9 @@ import json
 import zlib
 from collections.abc import Iterator
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -36,12 +54,39 @@ SHARD_SUFFIXES = ((".jsonl.gz", "jsonl"), (".jsonl", "jsonl"), (".parquet", "par
 SHARD_KINDS = ("jsonl", "parquet")
 READ_BUFFER = 1 << 20  # bytes per ranged read of a shard
 PARQUET_BATCH = 256  # rows decoded at a time
+# Bytes of a shard per work unit: a unit keeps one extraction worker busy for seconds
+# to minutes, and a shard this size or smaller is one unit.
+UNIT_BYTES = 64 << 20
+ID_BATCH = 1 << 16  # ids gathered into one Arrow chunk while looking for repeats
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardFields:
     id: str = "id"
     text: str = "text"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardUnit:
+    """A piece of a shard that one worker reads: rows [start, stop) of a Parquet file's row groups, or
+    bytes [start, stop) of a jsonl file starting at a line start. `first` is the number of rows (Parquet)
+    or lines (jsonl) before it; `repeats` the positions (row index, or 1-based line number) in it whose
+    id an earlier row of the shard already had, or None when the unit is the whole shard and finds them
+    itself."""
+
+    start: int = 0
+    stop: int | None = None  # None: to the end
+    first: int = 0
+    repeats: tuple[int, ...] | None = None
+
+
+WHOLE = ShardUnit()
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    units: tuple[ShardUnit, ...]
+    docs: int  # document rows (documents and error rows) the units give in all
 
 
 def shard_kind_of(path: str) -> str | None:
@@ -56,9 +101,146 @@ def _error(doc_id: str, error_type: str, message: str, stage: str = "read") -> d
     return error_row({"doc_id": doc_id}, stage, error_type, message)
 
 
-def _document(uri: str, doc_id, text, where: str) -> dict:
+def may_split(uri: str, size: int, unit_bytes: int = UNIT_BYTES) -> bool:
+    """Whether a shard is big enough, and not gzip, so that `plan_units` may cut it into units."""
+    return size > unit_bytes and not uri.lower().endswith(".gz")
+
+
+def plan_units(
+    uri: str, kind: str, size: int, fields: ShardFields = ShardFields(), unit_bytes: int = UNIT_BYTES
+) -> ShardPlan | None:
+    """The units a big shard is read in, with each unit's repeated ids; None: read it as one unit.
+
+    One unit when the shard is small, gzip-compressed, a single row group, or
+    cannot be read whole (its reader then reports the damage as it does today).
+    Units hold about `unit_bytes` of the file each.
+    """
+    if not may_split(uri, size, unit_bytes):
+        return None
+    fs, path = filesystem_for(uri)
+    try:
+        with _RangeReader(fs, path, uri) as raw:
+            if kind == "jsonl":
+                cuts = _jsonl_cuts(uri, raw, fields, unit_bytes)
+            else:
+                cuts = _parquet_cuts(raw, fields, unit_bytes)
+    except (ShardError, *NOT_FOUND):
+        return None
+    if cuts is None:
+        return None
+    bounds, firsts, ids, positions, docs = cuts
+    if docs == 0 or len(bounds) < 2:
+        return None
+    repeats = _repeat_positions(ids, positions)
+    units = []
+    for i, (start, first) in enumerate(zip(bounds, firsts)):
+        stop = bounds[i + 1] if i + 1 < len(bounds) else None
+        end = firsts[i + 1] if i + 1 < len(firsts) else None
+        mine = repeats[(repeats > first) if kind == "jsonl" else (repeats >= first)]
+        if end is not None:
+            mine = mine[(mine <= end) if kind == "jsonl" else (mine < end)]
+        units.append(ShardUnit(start, stop, first, tuple(int(p) for p in mine)))
+    return ShardPlan(tuple(units), docs)
+
+
+class _IdColumn:
+    """A shard's ids and their positions, gathered in Arrow chunks (a few bytes per row, not a Python set)."""
+
+    def __init__(self):
+        self.chunks, self.positions, self.ids, self.where = [], [], [], []
+
+    def add(self, doc_id: str | None, position: int) -> None:
+        if doc_id:
+            self.ids.append(doc_id)
+            self.where.append(position)
+            if len(self.ids) == ID_BATCH:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.ids:
+            self.chunks.append(pa.array(self.ids, pa.large_string()))
+            self.positions.append(np.asarray(self.where, np.int64))
+            self.ids, self.where = [], []
+
+
+def _jsonl_cuts(uri: str, raw: io.RawIOBase, fields: ShardFields, unit_bytes: int):
+    """Reads every line once: a unit starts at the first line start `unit_bytes` past the last; and the ids."""
+    bounds, firsts, column, docs, offset = [], [], _IdColumn(), 0, 0
+    for line_no, line in _jsonl_lines(uri, raw, WHOLE):
+        if not bounds or offset >= bounds[-1] + unit_bytes:
+            bounds.append(offset)
+            firsts.append(line_no - 1)
+        offset += len(line)
+        if not line.strip():
+            continue
+        docs += 1
+        try:
+            column.add(_id_str(_jsonl_record(line, "", fields).get(fields.id)), line_no)
+        except ShardError:
+            continue  # a BadRecord: its reader makes the error row
+    column.flush()
+    return bounds, firsts, column.chunks, column.positions, docs
+
+
+def _parquet_cuts(raw: io.RawIOBase, fields: ShardFields, unit_bytes: int):
+    """Runs of row groups of about `unit_bytes` each (from the footer), and the id column read alone."""
+    shard = _open_parquet(raw, fields)
+    meta = shard.metadata
+    bounds, firsts, size, rows = [], [], 0, 0
+    for g in range(meta.num_row_groups):
+        if g == 0 or size >= unit_bytes:
+            bounds.append(g)
+            firsts.append(rows)
+            size = 0
+        group = meta.row_group(g)
+        size += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+        rows += group.num_rows
+    column, row = _IdColumn(), 0
+    try:
+        for batch in _parquet_batches(shard, [fields.id], WHOLE):
+            for doc_id in batch.column(0).to_pylist():
+                column.add(_id_str(doc_id), row)
+                row += 1
+    except (ValueError, OSError) as e:
+        if _is_storage(e):
+            raise
+        return None
+    column.flush()
+    return bounds, firsts, column.chunks, column.positions, meta.num_rows
+
+
+def _repeat_positions(chunks: list[pa.Array], positions: list[np.ndarray]) -> np.ndarray:
+    """Positions whose id an earlier position had: all but each id's first occurrence, in order."""
+    if not chunks:
+        return np.empty(0, np.int64)
+    where = np.concatenate(positions)
+    codes = pc.dictionary_encode(pa.concat_arrays(chunks)).indices.to_numpy()
+    repeat = np.ones(len(codes), bool)
+    repeat[np.unique(codes, return_index=True)[1]] = False
+    return where[repeat]
+
+
+class _Repeats:
+    """Which rows repeat an id: given by the unit's plan, or found from the ids seen so far."""
+
+    def __init__(self, unit: ShardUnit):
+        self.given = None if unit.repeats is None else frozenset(unit.repeats)
+        self.seen: set[str] = set()
+
+    def __call__(self, doc_id: str, position: int) -> bool:
+        if self.given is not None:
+            return position in self.given
+        if doc_id in self.seen:
+            return True
+        self.seen.add(doc_id)
+        return False
+
+
+def _document(uri: str, doc_id, text, where: str, repeated: bool = False) -> dict:
     if doc_id is None or doc_id == "":
         return _error(f"{uri}#{where}", "MissingId", f"{where}: no id")
+    if repeated:
+        return _error(f"{uri}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
     full_id = f"{uri}#{doc_id}"
     if not isinstance(text, str):
         kind = "missing" if text is None else type(text).__name__
@@ -68,13 +250,17 @@ def _document(uri: str, doc_id, text, where: str) -> dict:
     return {"doc_id": full_id, "pages": [text]}
 
 
-def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields()) -> Iterator[dict]:
-    """Document rows of one shard, in order: `{doc_id, pages}` or error rows (see `_error`)."""
+def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields(), unit: ShardUnit = WHOLE) -> Iterator[dict]:
+    """Document rows of one shard's `unit`, in order: `{doc_id, pages}` or error rows (see `_error`)."""
     fs, path = filesystem_for(uri)
     count = 0
+    repeats = _Repeats(unit)
     try:
         with _RangeReader(fs, path, uri) as raw:
-            rows = _jsonl_rows(uri, raw, fields) if kind == "jsonl" else _parquet_rows(uri, raw, fields)
+            if kind == "jsonl":
+                rows = _jsonl_rows(uri, raw, fields, unit, repeats)
+            else:
+                rows = _parquet_rows(uri, raw, fields, unit, repeats)
             for row in rows:
                 count += 1
                 yield row
@@ -85,16 +271,18 @@ def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields()) -> Iter
         after = f" after {count} documents" if count else ""
         yield _error(uri, e.error_type, f"{e}{after}")
         return
-    if count == 0:
+    if count == 0 and unit.repeats is None:  # a planned unit may hold only blank lines; its shard does not
         yield _error(uri, "EmptyShard", "the shard holds no documents")
 
 
-def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields) -> Iterator[dict]:
+def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of the unit's lines: those starting in bytes [start, stop)."""
+    raw.seek(unit.start)
     stream = io.BufferedReader(raw, READ_BUFFER)
     if uri.lower().endswith(".gz"):
         stream = gzip.GzipFile(fileobj=stream, mode="rb")
-    line_no = 0
-    while True:
+    line_no, offset = unit.first, unit.start
+    while unit.stop is None or offset < unit.stop:
         try:
             line = stream.readline()
         except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # storage failures are StorageError: not caught
@@ -102,21 +290,36 @@ def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields) -> Iterator[di
         if not line:
             return
         line_no += 1
+        offset += len(line)
+        yield line_no, line
+
+
+def _jsonl_record(line: bytes, where: str, fields: ShardFields) -> dict:
+    """The line's JSON object, or raises ShardError (BadRecord) saying why it is not one."""
+    try:
+        record = json.loads(line)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ShardError("BadRecord", f"{where}: not a JSON object: {e}") from None
+    if not isinstance(record, dict):
+        raise ShardError("BadRecord", f"{where}: a JSON {type(record).__name__}, not an object")
+    return record
+
+
+def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats) -> Iterator[dict]:
+    for line_no, line in _jsonl_lines(uri, raw, unit):
         if not line.strip():
             continue
         where = f"line:{line_no}"
         try:
-            record = json.loads(line)
-        except (UnicodeDecodeError, ValueError) as e:
-            yield _error(f"{uri}#{where}", "BadRecord", f"{where}: not a JSON object: {e}")
+            record = _jsonl_record(line, where, fields)
+        except ShardError as e:
+            yield _error(f"{uri}#{where}", e.error_type, str(e))
             continue
-        if not isinstance(record, dict):
-            yield _error(f"{uri}#{where}", "BadRecord", f"{where}: a JSON {type(record).__name__}, not an object")
-            continue
-        yield _document(uri, _id_str(record.get(fields.id)), record.get(fields.text), where)
+        doc_id = _id_str(record.get(fields.id))
+        yield _document(uri, doc_id, record.get(fields.text), where, bool(doc_id) and repeats(doc_id, line_no))
 
 
-def _parquet_rows(uri: str, raw: io.RawIOBase, fields: ShardFields) -> Iterator[dict]:
+def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
     try:
         # No pre-buffering: it would read every row group's columns up front.
         shard = pq.ParquetFile(raw, pre_buffer=False)
@@ -127,13 +330,26 @@ def _parquet_rows(uri: str, raw: io.RawIOBase, fields: ShardFields) -> Iterator[
     missing = [f for f in (fields.id, fields.text) if f not in shard.schema_arrow.names]
     if missing:
         raise ShardError("BadShard", f"no column {', '.join(missing)} (columns: {', '.join(shard.schema_arrow.names)})")
-    row = 0
+    return shard
+
+
+def _parquet_batches(shard: pq.ParquetFile, columns: list[str], unit: ShardUnit) -> Iterator:
+    groups = range(unit.start, shard.num_row_groups if unit.stop is None else unit.stop)
+    return shard.iter_batches(batch_size=PARQUET_BATCH, columns=columns, row_groups=groups)
+
+
+def _parquet_rows(
+    uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats
+) -> Iterator[dict]:
+    shard = _open_parquet(raw, fields)
+    row = unit.first
     try:
-        for batch in shard.iter_batches(batch_size=PARQUET_BATCH, columns=[fields.id, fields.text]):
+        for batch in _parquet_batches(shard, [fields.id, fields.text], unit):
             ids = batch.column(0).to_pylist()
             texts = batch.column(1).to_pylist()
             for doc_id, text in zip(ids, texts):
-                yield _document(uri, _id_str(doc_id), text, f"row:{row}")
+                doc_id = _id_str(doc_id)
+                yield _document(uri, doc_id, text, f"row:{row}", bool(doc_id) and repeats(doc_id, row))
                 row += 1
     except (ValueError, OSError) as e:
         if _is_storage(e):

@@ -82,3 +82,10 @@ def _clear(fs: pafs.FileSystem, root: str) -> None:
         files = storage.list_files(fs, f"{root}/{name}")
         parallel(lambda info: storage.delete_file(fs, info.path), files)
         storage.delete_tree(fs, f"{root}/{name}")
+
+
+def clear_staging(output: str) -> None:
+    """Deletes `_staging/`: what a stopped run was writing there never became part of the output."""
+    fs, root = filesystem_for(output)
+    with failing_at(f"output {output}"):
+        storage.delete_tree(fs, f"{root}/{STAGING_DIR}")

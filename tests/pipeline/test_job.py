@@ -1,7 +1,10 @@
 """The whole job on a real local Ray: samples, broken documents, the output contract."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -18,6 +21,7 @@ from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 
 from support import (
+    REPO,
     SAMPLES,
     decompression_bomb_pdf,
     deeply_nested_pdf,
@@ -258,3 +262,72 @@ def test_encoder_calls_hold_a_fixed_number_of_full_batches():
     assert encode_call_rows(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
     assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 8
     assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2
+
+
+RESTART_ARGS_PROBE = """
+import sys
+import ray
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.job import RunTallyActor, SendToTally
+from pipeline.stages import ChunkBlock, EncodeBlock
+from pipeline.text.chunking import ChunkingConfig
+
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+tally = RunTallyActor.options(name="probe-tally").remote()
+record = SendToTally("probe-tally")
+# The stage actors with the constructor arguments the job gives them, and restarts on, as Ray Data starts them.
+actors = [ray.remote(max_restarts=-1)(ChunkBlock).remote(None, ChunkingConfig(max_tokens=64, overlap=8), record),
+          ray.remote(max_restarts=-1)(EncodeBlock).remote(None, EncoderConfig(), None, record, None)]
+ray.get([a.__ray_ready__.remote() for a in actors])
+print("ours started", file=sys.stderr, flush=True)
+# The control: one argument by reference, as Ray Data passes its own (DataContext, MapTransformer).
+control = ray.remote(max_restarts=-1)(ChunkBlock).remote(ray.put(None), ChunkingConfig(max_tokens=64, overlap=8))
+print("control started", file=sys.stderr, flush=True)
+"""
+
+
+def test_stage_actors_constructor_arguments_are_inline_so_a_restart_cannot_lose_them():
+    """Ray logs ray-project/ray#53727's error, once per process, for the first actor with restarts whose
+    arguments hold a reference; ours come first and must not, the control after them must."""
+    probe = subprocess.run([sys.executable, "-c", RESTART_ARGS_PROBE], capture_output=True, text=True, cwd=REPO,
+                           timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    ours, _, control = probe.stderr.partition("ours started")
+    assert "constructor arguments in the object store" not in ours, ours[-2000:]
+    assert "constructor arguments in the object store" in control, control[-2000:]
+
+
+def test_big_shards_in_units_with_repeated_ids_embed_each_id_once_across_a_resume(ray_local, tmp_path, monkeypatch):
+    """Shards cut into units (a tiny unit size here) whose repeats fall in other units than their first
+    occurrence: one DuplicateId row per repeat, the first occurrence embedded once, and the same after a
+    rerun that redoes the shards' groups over the parts a killed driver left."""
+    from pipeline.io import shards
+
+    monkeypatch.setattr(shards, "UNIT_BYTES", 300)
+    ids = [f"d{i % 7}" for i in range(20)]  # 7 distinct ids, 13 repeats
+    texts = [f"Document {i}: a few words about shard units." for i in range(20)]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    (inputs / "s.jsonl").write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in zip(ids, texts)))
+    pq.write_table(pa.table({"id": ids, "text": texts}), inputs / "s.parquet", row_group_size=3)
+    out = tmp_path / "out"
+    cfg = JobConfig(inputs=(str(inputs),), output=str(out), overlap=8)
+
+    def check() -> None:
+        chunks, errors = read_table(str(out)), read_errors(str(out))
+        keys = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_index").to_pylist()))
+        assert len(keys) == len(set(keys)) == 14
+        assert sorted(d.rsplit("#", 1)[1] for d in chunks.column("doc_id").to_pylist()) == sorted(list(set(ids)) * 2)
+        assert errors.column("error_type").to_pylist() == ["DuplicateId"] * 26
+        assert read_report(str(out))["counts"]["docs_failed"] == 26
+
+    report = run_job(cfg)
+    assert (report.docs_ok, report.docs_failed) == (14, 26)
+    check()
+    # A driver killed after the shards' parts landed, before their markers and _SUCCESS.
+    (out / "_SUCCESS").unlink()
+    for marker in (out / "_groups").iterdir():
+        marker.unlink()
+    run_job(cfg)
+    assert read_report(str(out))["output"]["groups_resumed"] == 0
+    check()

@@ -9,7 +9,8 @@ import pytest
 import ray
 
 from pipeline import JobConfig, run_job
-from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, place_encoders
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, check_encoders, cpu_devices, place_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
 
@@ -50,6 +51,28 @@ def test_missing_accelerator_fails_fast(kind):
         place_encoders(kind, [node(), node()], cpu_actors=None, cpu_per_actor=1)
     with pytest.raises(ConfigError, match="must be one of"):
         place_encoders("npu", [node()], cpu_actors=None, cpu_per_actor=1)
+
+
+def test_a_mesh_or_attention_the_encoder_hosts_cannot_run_is_refused_from_the_node_list():
+    tpu = place_encoders("auto", [node(TPU=4), node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
+    check_encoders(tpu, EncoderConfig(mesh=(("data", 2), ("model", 2)), attention="tpu_splash"))
+    with pytest.raises(ConfigError, match="mesh data=3,model=5 needs 15 devices; each tpu encoder actor has 4"):
+        check_encoders(tpu, EncoderConfig(mesh=(("data", 3), ("model", 5))))
+    with pytest.raises(ConfigError, match="mesh model=3 does not divide the 4 local devices"):
+        check_encoders(tpu, EncoderConfig(mesh=(("model", 3),)))
+    cpu = place_encoders("auto", [node()], cpu_actors=None, cpu_per_actor=1)
+    check_encoders(cpu, EncoderConfig(attention="pallas", batch_size=3))
+    with pytest.raises(ConfigError, match="--attention cudnn cannot run on the cpu encoder actors; these can: auto, "
+                                          "reference, blockwise, pallas$"):
+        check_encoders(cpu, EncoderConfig(attention="cudnn"))
+    gpu = place_encoders("auto", [node(GPU=2)], cpu_actors=None, cpu_per_actor=1)
+    with pytest.raises(ConfigError, match="tpu_flash cannot run on the gpu encoder actors"):
+        check_encoders(gpu, EncoderConfig(attention="tpu_flash"))
+
+
+def test_cpu_encoders_have_the_devices_xla_flags_force():
+    assert cpu_devices({}) == 1
+    assert cpu_devices({"XLA_FLAGS": "--foo --xla_force_host_platform_device_count=8"}) == 8
 
 
 @pytest.fixture(scope="module")

@@ -85,3 +85,60 @@ def test_shards_are_streamed_not_loaded_whole(tmp_path, monkeypatch, kind):
     first = list(itertools.islice(iter_shard(str(path), kind), 100))
     assert len(first) == 100
     assert sum(read) < path.stat().st_size / 10, (sum(read), path.stat().st_size)
+
+
+IDS = ["a", "b", "a", "c", "b", "d", "a", "e", "f", "g", "c", "h"]
+
+
+def write_shard(tmp_path, kind: str, ids=IDS):
+    """A shard with repeated ids and a bad line (jsonl) or several row groups (Parquet)."""
+    texts = [f"text number {i} " * 5 for i in range(len(ids))]
+    if kind == "jsonl":
+        path = tmp_path / "dups.jsonl"
+        lines = [json.dumps({"id": i, "text": t}) for i, t in zip(ids, texts)]
+        lines[4:4] = ["", "{broken"]
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        path = tmp_path / "dups.parquet"
+        pq.write_table(pa.table({"id": ids, "text": texts}), path, row_group_size=2)
+    return str(path)
+
+
+def read_all(uri: str, kind: str, plan) -> list[dict]:
+    units = plan.units if plan is not None else (shards.WHOLE,)
+    return [row for unit in units for row in iter_shard(uri, kind, unit=unit)]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_each_repeated_id_is_one_duplicate_error_row_and_the_first_occurrence_a_document(tmp_path, kind):
+    uri = write_shard(tmp_path, kind)
+    rows = list(iter_shard(uri, kind))
+    docs = [r["doc_id"].split("#")[1] for r in rows if "pages" in r]
+    assert docs == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    dups = [r for r in rows if r.get("error_type") == "DuplicateId"]
+    where = ["line:3", "line:7", "line:9", "line:13"] if kind == "jsonl" else ["row:2", "row:4", "row:6", "row:10"]
+    assert [r["doc_id"] for r in dups] == [f"{uri}#{w}" for w in where]
+    assert "id 'a' already names an earlier document" in dups[0]["error_message"]
+    assert len({r["doc_id"] for r in rows}) == len(rows)  # every row of the shard once, under its own doc_id
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_shard_cut_into_units_reads_as_the_whole_shard_does_repeats_across_units_included(tmp_path, kind):
+    uri = write_shard(tmp_path, kind)
+    size = (tmp_path / uri.rsplit("/", 1)[1]).stat().st_size
+    plan = shards.plan_units(uri, kind, size, unit_bytes=150)
+    assert plan is not None and len(plan.units) >= 3
+    assert plan == shards.plan_units(uri, kind, size, unit_bytes=150)  # a rerun cuts the same units
+    whole = list(iter_shard(uri, kind))
+    assert read_all(uri, kind, plan) == whole
+    assert plan.docs == len(whole)
+    # Each unit finds only the repeats its plan gives it: a unit alone cannot see the earlier units' ids.
+    assert sum(len(u.repeats) for u in plan.units) == 4
+
+
+def test_a_gzip_or_small_shard_is_one_unit(tmp_path):
+    uri = write_shard(tmp_path, "jsonl")
+    with open(uri, "rb") as f, gzip.open(tmp_path / "dups.jsonl.gz", "wb") as g:
+        g.write(f.read())
+    assert shards.plan_units(str(tmp_path / "dups.jsonl.gz"), "jsonl", 10**12, unit_bytes=150) is None
+    assert shards.plan_units(uri, "jsonl", 100, unit_bytes=150) is None

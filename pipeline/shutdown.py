@@ -1,0 +1,65 @@
+"""Stopping a run on Ctrl-C or SIGTERM: one line, a non-zero exit, and an output the same command resumes.
+
+Ray's core worker installs a SIGTERM handler in the driver that dumps the
+native stack and exits. While the run is on Ray, `interruptible` replaces it
+(and Python's KeyboardInterrupt) with a handler that raises `Interrupted` in
+the main thread, so the job unwinds: the Ray Data stream is closed (its
+executor stops the stage actors and tasks), the run's tally is killed, and a
+private local Ray is shut down, taking its workers and their extraction
+sandboxes with it (on a cluster, Ray ends the job's workers when the driver
+exits). Every part and marker is put in place whole (see
+`pipeline.output.ledger`), so what is left outside `_staging/` is finished
+work, and `_staging/` is cleared here or by the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """The driver was sent SIGINT or SIGTERM.
+
+    A BaseException, as KeyboardInterrupt is: not a failure, so that no `except
+    Exception` on its way up (Ray Data reports those as its own bugs, with a
+    traceback) takes it for one."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        """As a shell reports a process killed by the signal: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupted in the main thread while the block runs.
+
+    The first one also ignores any further ones, so that stopping cleanly is not
+    itself cut short by an impatient second Ctrl-C. Off the main thread (where
+    Python cannot take signals) the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, interrupt) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            # None: a handler installed outside Python (Ray's); the default is the closest Python can restore.
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)

@@ -1,0 +1,62 @@
+"""What the job prints: Ray Data's knobs per verbosity, the live line, the ticker (no Ray started)."""
+
+import io
+import logging
+import time
+
+import ray.data
+from ray.data._internal.logging import SessionFileHandler
+
+from pipeline.console import LiveLine, Ticker, configure_ray_data, ray_init_args
+
+
+def console_levels() -> tuple[list[int], list[int]]:
+    handlers = logging.getLogger("ray.data").handlers
+    files = [h.level for h in handlers if isinstance(h, SessionFileHandler)]
+    return [h.level for h in handlers if not isinstance(h, SessionFileHandler)], files
+
+
+def test_each_verbosity_sets_ray_datas_progress_and_console_level_and_leaves_its_log_file_alone():
+    _, files_before = console_levels()
+    try:
+        for verbosity, bars, level in [("quiet", False, logging.ERROR), ("normal", False, logging.WARNING),
+                                       ("verbose", True, logging.INFO)]:
+            configure_ray_data(verbosity)
+            consoles, files = console_levels()
+            assert ray.data.DataContext.get_current().enable_progress_bars is bars
+            assert consoles and set(consoles) == {level} and files == files_before
+    finally:
+        configure_ray_data("verbose")
+    assert ray_init_args("quiet") == {"logging_level": logging.ERROR, "log_to_driver": False}
+    assert ray_init_args("normal") == {"logging_level": logging.WARNING, "log_to_driver": True}
+
+
+def test_ray_datas_bars_off_notice_is_dropped_off_verbose_only():
+    logger = logging.getLogger("ray.data")
+    handler = next(h for h in logger.handlers if not isinstance(h, SessionFileHandler))
+    record = logger.makeRecord("ray.data", logging.WARNING, "x", 1, "Progress bars disabled. To enable...", (), None)
+    try:
+        configure_ray_data("normal")
+        assert not handler.filter(record)
+        assert handler.filter(logger.makeRecord("ray.data", logging.WARNING, "x", 1, "an actor died", (), None))
+    finally:
+        configure_ray_data("verbose")
+
+
+def test_live_line_redraws_one_row_and_ends_it(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "20")
+    out = io.StringIO()
+    line = LiveLine(out)
+    line("docembed: progress 10% and a long tail")
+    line("docembed: progress 20%")
+    line.close()
+    assert out.getvalue() == "\r\x1b[Kdocembed: progress \r\x1b[Kdocembed: progress \n"
+
+
+def test_ticker_ticks_until_closed_then_once_finally():
+    calls = []
+    ticker = Ticker(calls.append, every_s=0.01)
+    while len(calls) < 3:
+        time.sleep(0.005)
+    ticker.close(final=True)
+    assert set(calls[:-1]) == {False} and calls[-1] is True
