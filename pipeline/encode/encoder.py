@@ -46,6 +46,11 @@ class EncoderConfig:
     mesh: MeshShape = ()
     # Which mesh axis each logical axis of the model is split over.
     sharding: ShardingRules = ShardingRules()
+    # The longest sequence, special tokens included, up to the model's positions.
+    # None: the model's max_seq_length (sentence_bert_config.json).
+    max_tokens: int | None = None
+    # Matryoshka truncation: the first `dim` dimensions, re-normalised. None: all.
+    dim: int | None = None
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -55,6 +60,8 @@ class EncoderConfig:
             raise ConfigError(f"unknown attention implementation {self.attention!r}; known: {known}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.dim is not None and self.dim < 1:
+            raise ConfigError(f"--dim must be at least 1, got {self.dim}")
         _check_mesh(self.mesh)
 
 
@@ -115,6 +122,7 @@ class Encoder:
         `tail_halvings`: how far a call's last partial batch may shrink (see BatchingConfig)."""
         self.spec = spec
         self.cfg = cfg
+        self.window, self.dim = check_shape(spec, cfg)
         devices = jax.local_devices() if devices is None else devices
         self.mesh = sharding.make_mesh(_mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
@@ -132,7 +140,7 @@ class Encoder:
         ids_axes, lengths_axes = encoders.logical("BT"), encoders.logical("B")
         self._batch_shardings = sharding.named_shardings((ids_axes, lengths_axes), rules, self.mesh)
         self.batching = BatchingConfig(
-            max_seq_len=spec.max_seq_length,
+            max_seq_len=self.window,
             batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE.get(devices[0].platform, 8),
             tail_halvings=tail_halvings,
             row_multiple=sharding.axis_size(self.mesh, rules, "batch"),
@@ -142,6 +150,7 @@ class Encoder:
             cfg=spec.arch,
             pooling=spec.pooling,
             normalize=spec.normalize,
+            dim=cfg.dim,
             attention_impl=cfg.attention,
             rules=rules,
         )
@@ -154,7 +163,7 @@ class Encoder:
 
     def encode_ids(self, token_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, EncodeStats]:
         """Token id sequences (special tokens included) -> embeddings [n, dim] float32."""
-        out = np.empty((len(token_ids), self.spec.dim), dtype=np.float32)
+        out = np.empty((len(token_ids), self.dim), dtype=np.float32)
         stats = EncodeStats()
         for batch in pack_batches(token_ids, self.batching):
             self.compiled_shapes.add(batch.ids_BT.shape)
@@ -165,7 +174,26 @@ class Encoder:
         return out, stats
 
 
-def _embed(params, ids_BT, lengths_B, *, cfg, pooling, normalize, attention_impl, rules):
+def check_shape(spec: ModelSpec, cfg: EncoderConfig) -> tuple[int, int]:
+    """The window and output dimension `cfg` asks of this model, checked against it."""
+    window = cfg.max_tokens or spec.max_seq_length
+    try:
+        encoders.check_window(spec.arch, window)
+    except encoders.WindowTooLong as e:
+        raise ConfigError(f"--max-tokens {window}: {e}") from None
+    if cfg.dim is not None and cfg.dim > spec.dim:
+        raise ConfigError(f"--dim {cfg.dim} is more than model {spec.model_id}'s {spec.dim} dimensions")
+    return window, cfg.dim or spec.dim
+
+
+def _head(out_BD, normalize: bool, dim: int | None):
+    """Pooled [B, D] -> the output [B, dim]: normalised as the model says, then Matryoshka-truncated and
+    re-normalised (the first `dim` dimensions of a unit vector are not one)."""
+    out_BD = encoders.normalize(out_BD) if normalize else out_BD
+    return out_BD if dim is None else encoders.normalize(out_BD[:, :dim])
+
+
+def _embed(params, ids_BT, lengths_B, *, cfg, pooling, normalize, dim, attention_impl, rules):
     """Per device: its rows of ids [B/data, T] -> their embeddings [B/data, D].
 
     Each row holds one sequence: segment 1 on its tokens, 0 on the padding after, positions from 0.
@@ -174,5 +202,4 @@ def _embed(params, ids_BT, lengths_B, *, cfg, pooling, normalize, attention_impl
     segments_BT = (positions_BT < lengths_B[:, None]).astype(jnp.int32)
     hidden_BTD = encoders.forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl,
                                   rules=rules)
-    out_BD = encoders.pool(hidden_BTD, segments_BT, 1, pooling)[:, 0]
-    return encoders.normalize(out_BD) if normalize else out_BD
+    return _head(encoders.pool(hidden_BTD, segments_BT, 1, pooling)[:, 0], normalize, dim)
