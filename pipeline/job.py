@@ -161,6 +161,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     # The stages load the model as resolved here (a hub id pinned to its commit) at the chunks' window.
     cfg = dataclasses.replace(cfg, model=spec.source, encoder=dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens))
     check_shape(spec, cfg.encoder)
+    model_dir.check_weights(spec)
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))

@@ -19,6 +19,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
+
 from kernels.encoders import ModelConfig, Params, config_from_hf, params_from_hf
 from pipeline.encode import hub
 from pipeline.errors import ConfigError, ModelError, UserError
@@ -225,6 +227,31 @@ def weights_files(path: Path) -> list[Path]:
         if shard.parent != path or not shard.is_file():
             raise ModelError(f"{index} names shard {shard.name!r}, which is not in {path}")
     return [index, *shards]
+
+
+def check_weights(spec: ModelSpec) -> None:
+    """Every tensor the config implies is there with its shape, from the safetensors headers alone.
+
+    The job checks this on the driver, so that a model whose weights contradict its
+    config fails with one line before any actor starts. No weights are read: each
+    tensor is a zero-stride view of its shape; only the stacking of layers allocates
+    (the model's size in float32, briefly).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    shapes = {}
+    for file in weights_files(spec.path):
+        if file.name == WEIGHTS_INDEX:
+            continue
+        try:
+            with safe_open(file, framework="numpy") as f:
+                shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+        except (SafetensorError, OSError, ValueError) as e:
+            raise ModelError(f"cannot read {file}: {e}") from None
+    try:
+        params_from_hf({name: np.broadcast_to(np.float32(0), shape) for name, shape in shapes.items()}, spec.arch)
+    except ValueError as e:
+        raise ModelError(f"{spec.path}: {e}") from None
 
 
 def load_params(spec: ModelSpec) -> Params:

@@ -1,9 +1,13 @@
 """`jobs/embed.py` as a user runs it: bad arguments get one clear line and a non-zero exit."""
 
+import json
+import shutil
 import subprocess
 import sys
 
+import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' weights
 import pytest
+from safetensors.numpy import load_file, save_file
 
 from support import REPO, SAMPLES
 
@@ -28,7 +32,8 @@ def not_a_dir(tmp_path):
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--model", "{tmp}"], "has no model.safetensors"),
         (["--input", str(SAMPLES), "--output", "{blocker}/out"], "is not writable"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--overlap", "300"], "--overlap must be in"),
-        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--max-tokens", "1000"], "--max-tokens must be in"),
+        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--max-tokens", "1000"],
+         "--max-tokens 1000: a window of 1000 tokens is longer than this bert model's 512 positions"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--batch-size", "0"], "batch size must be at least 1"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--attention", "magic"], "unknown attention"),
         (["--input", "{tmp}", "--output", "{tmp}/out"], "no documents"),
@@ -57,3 +62,47 @@ def test_demo_corpus_end_to_end(tmp_path):
     assert (tmp_path / "out" / "_SUCCESS").exists()
     again = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"))
     assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+FAMILIES = REPO / "tests" / "fixtures" / "families"
+
+
+def _config_change(change):
+    def breakage(path):
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps(config | change))
+    return breakage
+
+
+def _drop_tensor(name):
+    def breakage(path):
+        tensors = load_file(path / "model.safetensors")
+        del tensors[name]
+        save_file(tensors, str(path / "model.safetensors"))
+    return breakage
+
+
+@pytest.mark.parametrize(
+    "fixture, breakage, extra, message",
+    [
+        ("gte-new-ntk", _config_change({"model_type": "t5"}), [],
+         "model_type 't5' (architectures ['NewModel']) is not supported; supported model_types: bert,"),
+        ("gte-new-ntk", _drop_tensor("new.encoder.layer.1.mlp.up_gate_proj.weight"), [],
+         "the weights lack tensor 'encoder.layer.1.mlp.up_gate_proj.weight', which a gte model"),
+        ("modernbert-layer-types", _config_change({"intermediate_size": 32}), [],
+         "tensor 'layers.0.mlp.Wi.weight' has shape (128, 48), but config.json"),
+        ("xlm-roberta-sharded", None, ["--max-tokens", "2048"],
+         "--max-tokens 2048: a window of 2048 tokens is longer than this xlm-roberta model's 128 positions"),
+    ],
+)
+def test_bad_models_are_one_line(tmp_path, fixture, breakage, extra, message):
+    model = tmp_path / fixture
+    shutil.copytree(FAMILIES / fixture, model)
+    if breakage:
+        breakage(model)
+    result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--model", str(model), *extra)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("docembed: error:"), result.stderr
+    assert message in lines[0], lines[0]
+    assert not (tmp_path / "out").exists()
