@@ -159,7 +159,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)
     chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, prompt=prompt)
     # The stages load the model as resolved here (a hub id pinned to its commit) at the chunks' window.
-    cfg = dataclasses.replace(cfg, model=spec.source, encoder=dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens))
+    encoder = dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens)
+    cfg = dataclasses.replace(cfg, model=spec.source, encoder=encoder)
     check_shape(spec, cfg.encoder)
     model_dir.check_weights(spec)
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)

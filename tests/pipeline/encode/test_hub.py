@@ -79,8 +79,9 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
         commit = revisions[revision]
         root = FIXTURES / commits[commit]
         if api and kind == "tree":
+            files = [p for p in sorted(root.rglob("*")) if p.is_file()]
             entries = [{"type": "file", "path": p.relative_to(root).as_posix(), "size": p.stat().st_size,
-                        "oid": hashlib.sha1(p.read_bytes()).hexdigest()} for p in sorted(root.rglob("*")) if p.is_file()]
+                        "oid": hashlib.sha1(p.read_bytes()).hexdigest()} for p in files]
             return self._json(entries)
         target = root / file
         if kind != "resolve" or not target.is_file():

@@ -88,7 +88,8 @@ def test_every_chunk_carries_the_prompt_within_the_window():
     for i, chunk in enumerate(chunks):
         assert len(chunk.token_ids) <= 64
         assert chunk.token_ids[:len(tokenizer.prefix_ids)] == plain.prefix_ids + prompt_ids
-        assert chunk.token_ids[len(tokenizer.prefix_ids):-len(plain.suffix_ids)] == enc.ids[i * (content - 8):][:content]
+        content_ids = chunk.token_ids[len(tokenizer.prefix_ids):-len(plain.suffix_ids)]
+        assert content_ids == enc.ids[i * (content - 8):][:content]
     with pytest.raises(ConfigError, match="--max-tokens must be in"):
         ChunkingConfig(max_tokens=tokenizer.n_special, overlap=0).validate(tokenizer.n_special, 8192)
 
