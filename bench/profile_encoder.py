@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
-from pipeline.encode.batching import pack_batches  # noqa: E402
+from pipeline.encode.batching import make_batches  # noqa: E402
 from pipeline.encode.encoder import Encoder, EncoderConfig  # noqa: E402
 from pipeline.encode.model_dir import resolve  # noqa: E402
 
@@ -135,13 +135,12 @@ def main() -> None:
     rng = np.random.default_rng(0)
     cls, sep = 101, 102
     ids = [[cls, *rng.integers(1000, 29000, a.seq - 2).tolist(), sep] for _ in range(a.texts)]
-    rows = enc.batching.batch_size
-    ids_BT, lengths_B = np.array(ids[:rows], np.int32), np.full(rows, a.seq, np.int32)
-    placed = jax.device_put((ids_BT, lengths_B), enc._batch_shardings)
+    first = next(make_batches(ids, enc.batching))
+    placed = jax.device_put((first.ids_BT, first.segments_BT, first.positions_BT), enc._batch_shardings)
     hlo = enc._embed.lower(enc._params, *placed).compile().as_text()  # the program encode_ids runs
     enc.encode_ids(ids)  # compiles
 
-    walls: dict[str, list[float]] = {"encode_ids": [], "host: plan_batches": [], "host: device_put": []}
+    walls: dict[str, list[float]] = {"encode_ids": [], "host: make_batches": [], "host: device_put": []}
     cpu_times = []  # process CPU time, all threads: compute per CPU-second, whatever else runs on the machine
     for _ in range(3):
         t, cpu = time.perf_counter(), time.process_time()
@@ -149,10 +148,10 @@ def main() -> None:
         walls["encode_ids"].append(time.perf_counter() - t)
         cpu_times.append(time.process_time() - cpu)
         t = time.perf_counter()
-        batches = list(pack_batches(ids, enc.batching))
-        walls["host: plan_batches"].append(time.perf_counter() - t)
+        batches = list(make_batches(ids, enc.batching))
+        walls["host: make_batches"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        jax.block_until_ready([jax.device_put((b.ids_BT, b.lengths_B), enc._batch_shardings) for b in batches])
+        jax.block_until_ready([jax.device_put((b.ids_BT, b.segments_BT, b.positions_BT), enc._batch_shardings) for b in batches])
         walls["host: device_put"].append(time.perf_counter() - t)
 
     with tempfile.TemporaryDirectory() as trace_dir:
@@ -180,12 +179,12 @@ def main() -> None:
     total = sum(busy.values())
     print(f"CPU: {cpu_description()}; jax {jax.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"XLA_FLAGS: {os.environ['XLA_FLAGS']}")
-    print(f"{a.texts} texts x {a.seq} tokens, {rows} rows per call, attention={a.attention}; medians of 3")
+    print(f"{a.texts} texts x {a.seq} tokens, {first.ids_BT.shape[0]} rows per call, attention={a.attention}; medians of 3")
     call = med["encode_ids"]
     cpu = sorted(cpu_times)[1]
     print(f"  encode_ids             {call:7.3f} s  {tokens / call:8,.0f} tokens/s; "
           f"CPU time {cpu / tokens * 1e6:.0f} us/token, {cpu / call:.2f} cores busy")
-    for name in ("host: plan_batches", "host: device_put"):
+    for name in ("host: make_batches", "host: device_put"):
         print(f"  {name:22s} {med[name]:7.3f} s  {med[name] / call:8.1%} of encode_ids")
     print(f"thunk busy time summed over XLA threads: {total / 1e9:.3f} s for one encode_ids")
     for name, ns in busy.most_common():

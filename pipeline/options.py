@@ -23,6 +23,9 @@ from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig
 
 
+ON_OFF = ("on", "off")
+
+
 @dataclasses.dataclass(frozen=True)
 class Option:
     flag: str
@@ -53,6 +56,8 @@ OPTIONS = (
     Option("--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N"),
     Option("--batch-size", int, "sequences per device per batch at full length (default: 8 on CPU, 64 on GPU/TPU)",
            metavar="N"),
+    Option("--packing", str, "several sequences per row of the window (on), or one per length bucket (off); "
+           "default on", "on", choices=ON_OFF),
     Option("--mesh", str, "each encoder's device mesh; model splits heads and MLP (default: all local devices on data)",
            metavar="data=N,model=M"),
     Option("--dtype", str, "encoder compute dtype (default float32)", "float32", choices=tuple(sorted(DTYPES))),
@@ -105,6 +110,8 @@ def _add_argument(p: argparse.ArgumentParser, o: Option, *, standalone: bool = F
 
 
 def _check_value(o: Option, value: Any, where: str) -> Any:
+    if o.choices == ON_OFF and isinstance(value, bool):  # YAML reads a bare `on`/`off` as a boolean
+        value = ON_OFF[not value]
     items = value if o.repeated and isinstance(value, list) else [value]
     for item in items:
         ok = isinstance(item, o.type) and not (o.type is int and isinstance(item, bool))
@@ -141,6 +148,7 @@ def encoder_config(values: dict[str, Any]) -> EncoderConfig:
         dtype=values["dtype"],
         attention=values["attention"],
         batch_size=values["batch_size"],
+        packing=values["packing"] == "on",
         mesh=parse_mesh(values["mesh"]) if values["mesh"] else (),
         dim=values["dim"],
     )

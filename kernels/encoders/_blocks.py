@@ -2,7 +2,7 @@
 
 Shape letters used in names and docstrings:
   B batch, T tokens (sequence), D hidden, N heads, H head_dim, F MLP hidden,
-  L layers, V vocabulary, P positions, K rotary frequencies (H / 2).
+  L layers, V vocabulary, P positions, K rotary frequencies (H / 2), S sequences packed in a row.
 
 Every family maps its checkpoint onto the same pytree:
 
@@ -55,6 +55,7 @@ AXES = {
     "L": "layers",
     "V": "vocab",
     "P": "positions",
+    "S": "slots",  # the sequences packed into a row, pooled one per slot
 }
 
 ACTIVATIONS = {

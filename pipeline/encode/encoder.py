@@ -3,8 +3,9 @@
 This is the one interface between the data plane and device compute. It lays a
 mesh over this process's local devices, places the weights on it once (heads
 and MLP split over `model`, replicated over `data`), packs sequences into
-static-shape batches whose rows split evenly over `data`, and runs one jitted
-`shard_map` program per shape. One device is the 1x1 mesh: the same program.
+static-shape batches whose rows split evenly over `data` (several sequences per
+row, each its own segment), and runs one jitted `shard_map` program per shape.
+One device is the 1x1 mesh: the same program.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from kernels import encoders, sharding
 from kernels.attention import IMPLS as ATTENTION_IMPLS
 from kernels.sharding import ShardingRules
-from pipeline.encode.batching import BatchingConfig, EncodeStats, pack_batches
+from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
 from pipeline.encode.model_dir import ModelSpec, load_params
 from pipeline.errors import ConfigError
 
@@ -38,9 +39,13 @@ MeshShape = tuple[tuple[str, int], ...]
 class EncoderConfig:
     dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
     attention: str = "auto"  # an implementation name from kernels.attention
-    # Rows per device (data shard) in a batch at full length; shorter buckets hold
-    # proportionally more. None: the platform's default (DEFAULT_BATCH_SIZE).
+    # Rows per device (data shard) in a batch at full length; with packing off,
+    # shorter buckets hold proportionally more. None: the platform's default
+    # (DEFAULT_BATCH_SIZE).
     batch_size: int | None = None
+    # Several sequences per row of the model's window (see pipeline.encode.batching);
+    # False pads each sequence alone into power-of-two length buckets.
+    packing: bool = True
     # Mesh axis sizes, e.g. (("data", 4), ("model", 2)); see `parse_mesh`. An
     # axis left out: model 1, data every local device that model leaves.
     mesh: MeshShape = ()
@@ -137,27 +142,28 @@ class Encoder:
         # Cast and split on the host, so each device receives only its own shard.
         self._params = jax.device_put(params, sharding.named_shardings(param_axes, rules, self.mesh))
 
-        ids_axes, lengths_axes = encoders.logical("BT"), encoders.logical("B")
-        self._batch_shardings = sharding.named_shardings((ids_axes, lengths_axes), rules, self.mesh)
+        tokens_axes = encoders.logical("BT")
+        self._batch_shardings = sharding.named_shardings((tokens_axes,) * 3, rules, self.mesh)
         self.batching = BatchingConfig(
             max_seq_len=self.window,
             batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE.get(devices[0].platform, 8),
+            packing=cfg.packing,
             tail_halvings=tail_halvings,
             row_multiple=sharding.axis_size(self.mesh, rules, "batch"),
         )
         embed = functools.partial(
             _embed,
             cfg=spec.arch,
+            slots=self.batching.slots,
             pooling=spec.pooling,
             normalize=spec.normalize,
             dim=cfg.dim,
             attention_impl=cfg.attention,
             rules=rules,
         )
+        in_axes = (param_axes, tokens_axes, tokens_axes, tokens_axes)
         self._embed = jax.jit(
-            sharding.shard_map(
-                embed, self.mesh, rules, in_axes=(param_axes, ids_axes, lengths_axes), out_axes=encoders.logical("BD")
-            )
+            sharding.shard_map(embed, self.mesh, rules, in_axes=in_axes, out_axes=encoders.logical("BSD"))
         )
         self.compiled_shapes: set[tuple[int, int]] = set()
 
@@ -165,11 +171,11 @@ class Encoder:
         """Token id sequences (special tokens included) -> embeddings [n, dim] float32."""
         out = np.empty((len(token_ids), self.dim), dtype=np.float32)
         stats = EncodeStats()
-        for batch in pack_batches(token_ids, self.batching):
+        for batch in make_batches(token_ids, self.batching):
             self.compiled_shapes.add(batch.ids_BT.shape)
-            ids_BT, lengths_B = jax.device_put((batch.ids_BT, batch.lengths_B), self._batch_shardings)
-            emb_BD = self._embed(self._params, ids_BT, lengths_B)
-            out[batch.rows] = np.asarray(emb_BD)[: len(batch.rows)]
+            tokens = jax.device_put((batch.ids_BT, batch.segments_BT, batch.positions_BT), self._batch_shardings)
+            emb_BSD = np.asarray(self._embed(self._params, *tokens))
+            out[batch.index] = emb_BSD[batch.row, batch.slot]
             stats.add(EncodeStats(batch.real_tokens, batch.ids_BT.size, 1))
         return out, stats
 
@@ -186,20 +192,16 @@ def check_shape(spec: ModelSpec, cfg: EncoderConfig) -> tuple[int, int]:
     return window, cfg.dim or spec.dim
 
 
-def _head(out_BD, normalize: bool, dim: int | None):
-    """Pooled [B, D] -> the output [B, dim]: normalised as the model says, then Matryoshka-truncated and
-    re-normalised (the first `dim` dimensions of a unit vector are not one)."""
-    out_BD = encoders.normalize(out_BD) if normalize else out_BD
-    return out_BD if dim is None else encoders.normalize(out_BD[:, :dim])
+def _head(out_BSD, normalize: bool, dim: int | None):
+    """Pooled [B, S, D] -> the output [B, S, dim]: normalised as the model says, then Matryoshka-truncated
+    and re-normalised (the first `dim` dimensions of a unit vector are not one)."""
+    out_BSD = encoders.normalize(out_BSD) if normalize else out_BSD
+    return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
 
-def _embed(params, ids_BT, lengths_B, *, cfg, pooling, normalize, dim, attention_impl, rules):
-    """Per device: its rows of ids [B/data, T] -> their embeddings [B/data, D].
-
-    Each row holds one sequence: segment 1 on its tokens, 0 on the padding after, positions from 0.
-    """
-    positions_BT = jnp.broadcast_to(jnp.arange(ids_BT.shape[1], dtype=jnp.int32), ids_BT.shape)
-    segments_BT = (positions_BT < lengths_B[:, None]).astype(jnp.int32)
-    hidden_BTD = encoders.forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl,
-                                  rules=rules)
-    return _head(encoders.pool(hidden_BTD, segments_BT, 1, pooling)[:, 0], normalize, dim)
+def _embed(params, ids_BT, segments_BT, positions_BT, *, cfg, slots, pooling, normalize, dim, attention_impl, rules):
+    """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D]."""
+    hidden_BTD = encoders.forward(
+        params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl, rules=rules
+    )
+    return _head(encoders.pool(hidden_BTD, segments_BT, slots, pooling), normalize, dim)

@@ -50,7 +50,7 @@ def measure_on_8_devices() -> dict:
     from kernels import encoders
     from pipeline import Embedder
     from pipeline.encode import model_dir
-    from pipeline.encode.batching import BatchingConfig, pack_batches
+    from pipeline.encode.batching import BatchingConfig, make_batches
     from pipeline.encode.encoder import Encoder, _embed
     from pipeline.text.tokenizer import Tokenizer
 
@@ -62,14 +62,16 @@ def measure_on_8_devices() -> dict:
     ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(texts, spec.max_seq_length)
     params = encoders.cast_params(model_dir.load_params(spec), jnp.float32)
     # The encoder's own per-device function, called on whole arrays (rules None: no mesh).
-    unsharded = jax.jit(functools.partial(_embed, cfg=spec.arch, pooling=spec.pooling, normalize=spec.normalize,
-                                          attention_impl="auto", rules=None))
+    batching = BatchingConfig(spec.max_seq_length, BATCH_SIZE)
+    unsharded = jax.jit(functools.partial(_embed, cfg=spec.arch, slots=batching.slots, pooling=spec.pooling,
+                                          normalize=spec.normalize, attention_impl="auto", rules=None))
     expected = np.empty((len(texts), spec.dim), np.float32)
-    for batch in pack_batches(ids, BatchingConfig(spec.max_seq_length, BATCH_SIZE)):
-        expected[batch.rows] = np.asarray(unsharded(params, batch.ids_BT, batch.lengths_B))[: len(batch.rows)]
+    for batch in make_batches(ids, batching):
+        emb_BSD = np.asarray(unsharded(params, batch.ids_BT, batch.segments_BT, batch.positions_BT))
+        expected[batch.index] = emb_BSD[batch.row, batch.slot]
 
     meshes = {}
-    probe_batch = (np.zeros((8, 32), np.int32), np.ones(8, np.int32))
+    probe_batch = (np.zeros((8, 32), np.int32),) * 3
     for text in MESHES:
         embedder = Embedder.load(batch_size=BATCH_SIZE, mesh=parse_mesh(text))
         encoder = embedder.encoder

@@ -82,3 +82,24 @@ def test_an_unknown_attention_name_fails_at_load_not_at_trace_time():
         EncoderConfig(attention="typo")
     with pytest.raises(ConfigError, match="'typo'"):
         Embedder.load(attention="typo")
+
+
+def test_packed_rows_equal_one_sequence_per_row(embedder, reference):
+    """Several sequences per row (the default) against length buckets, at the edges of the window too."""
+    texts, _ = reference
+    buckets = Embedder.load(packing=False)
+    assert buckets.encoder.batching.slots == 1 and embedder.encoder.batching.slots > 1
+    np.testing.assert_allclose(
+        1 - cosine(embedder.embed(texts), buckets.embed(texts)), 0, atol=1e-5
+    )
+    window = embedder.encoder.spec.max_seq_length
+    cls, sep = embedder.tokenizer.encode_truncated([""], window)[0]
+    edge_cases = [[cls], [cls, 2023, sep], [cls, *range(2000, 2000 + window - 2), sep], [sep] * (window - 1)]
+    packed, stats = embedder.encoder.encode_ids(edge_cases)
+    alone = np.concatenate([buckets.encoder.encode_ids([ids])[0] for ids in edge_cases])
+    np.testing.assert_allclose(1 - cosine(packed, alone), 0, atol=1e-5)
+    assert stats.real_tokens == sum(map(len, edge_cases))
+    single, _ = embedder.encoder.encode_ids(edge_cases[2:3])  # a row holding one sequence, the whole window
+    np.testing.assert_allclose(single, alone[2:3], atol=2e-6)
+    empty, stats = embedder.encoder.encode_ids([])
+    assert empty.shape == (0, embedder.dim) and stats.batches == 0
