@@ -73,23 +73,25 @@ def test_a_model_that_pools_without_the_prompt_is_refused_with_a_prompt(tmp_path
         spec.prompt_text("search_query")
 
 
-def test_every_chunk_carries_the_prompt_within_the_window():
+@pytest.mark.parametrize("window, overlap", [(64, 8), (8192, 256)])
+def test_every_chunk_carries_the_prompt_within_the_window(window, overlap):
     tokenizer = Tokenizer(NOMIC / "tokenizer.json", prompt="search_document: ")
     plain = Tokenizer(NOMIC / "tokenizer.json")
     prompt_ids = tokenizer.prefix_ids[len(plain.prefix_ids):]
     assert prompt_ids and tokenizer.n_special == plain.n_special + len(prompt_ids)
-    text = " ".join(f"word{i % 50} and more" for i in range(400))
+    text = " ".join(f"word{i % 50} and more" for i in range(window * 2))
     enc = tokenizer.encode_content([text])[0]
-    cfg = ChunkingConfig(max_tokens=64, overlap=8, prompt="search_document: ")
+    cfg = ChunkingConfig(max_tokens=window, overlap=overlap, prompt="search_document: ")
     cfg.validate(tokenizer.n_special, 8192)
     chunks = chunk_document(text, enc.ids, enc.offsets, None, tokenizer, cfg)
     assert len(chunks) > 3
-    content = 64 - tokenizer.n_special
+    content = window - tokenizer.n_special
     for i, chunk in enumerate(chunks):
-        assert len(chunk.token_ids) <= 64
+        assert len(chunk.token_ids) <= window
         assert chunk.token_ids[:len(tokenizer.prefix_ids)] == plain.prefix_ids + prompt_ids
         content_ids = chunk.token_ids[len(tokenizer.prefix_ids):-len(plain.suffix_ids)]
-        assert content_ids == enc.ids[i * (content - 8):][:content]
+        assert content_ids == enc.ids[i * (content - overlap):][:content]
+    assert len(chunks[0].token_ids) == window
     with pytest.raises(ConfigError, match="--max-tokens must be in"):
         ChunkingConfig(max_tokens=tokenizer.n_special, overlap=0).validate(tokenizer.n_special, 8192)
 
