@@ -62,6 +62,10 @@ def test_demo_corpus_end_to_end(tmp_path):
     assert (tmp_path / "out" / "_SUCCESS").exists()
     again = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"))
     assert again.returncode == 0 and "nothing to do" in again.stdout
+    search = subprocess.run([sys.executable, str(REPO / "jobs" / "search.py"), "--output", str(tmp_path / "out"),
+                             "--query", "photosynthesis", "--top", "2"], capture_output=True, text=True, timeout=300)
+    assert search.returncode == 0, search.stderr[-2000:]
+    assert search.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in search.stdout
 
 
 FAMILIES = REPO / "tests" / "fixtures" / "families"

@@ -18,6 +18,7 @@ import pytest
 import ray
 from safetensors.numpy import load_file, save_file
 
+from jobs.search import main as search_main
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.results import embedding_matrix, read_report, read_table
@@ -76,7 +77,7 @@ def documents(tokenizer: Tokenizer, root: Path) -> Path:
 
 @pytest.mark.integration
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path, family):
+def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path, capsys, family):
     name, options = FAMILIES[family]
     model = long_context_copy(name, tmp_path)
     prompt, dim = options.get("prompt"), options.get("dim")
@@ -105,3 +106,7 @@ def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path,
     config = read_report(str(out))["config"]
     assert config["encoder"]["max_tokens"] == WINDOW and config["encoder"]["dim"] == dim
     assert config["chunking"]["prompt"] == embedder.encoder.spec.prompt_text(prompt)
+    # jobs/search.py embeds the query as the output was embedded: its --dim, the query's own prompt.
+    capsys.readouterr()
+    assert search_main(["--output", str(out), "--query", "river stone", "--top", "1", "--prompt", ""]) == 0
+    assert capsys.readouterr().out.startswith("top 1 chunks for: 'river stone'")
