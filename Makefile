@@ -11,7 +11,7 @@ DEMO_QUERY := how do plants turn sunlight into energy?
 # Regenerate it after changing a dependency: `make constraints`.
 CONSTRAINTS := -c constraints.txt
 
-.PHONY: demo test test-fast lint bench bench-list constraints install install-dev clean
+.PHONY: demo test test-fast lint bench bench-accel bench-list constraints install install-dev clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ $(BENCH_VENV)/.installed: pyproject.toml
 BENCHMARKS := attention encoder extract pipeline storage faults shards
 bench: $(BENCH_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
+
+# On a GPU or TPU host: a venv with the matching JAX extra, tests/kernels, bench/attention.py and
+# bench/families.py, their tables in one file under out/ (under 10 minutes). `bench/accel.sh --cpu`: a dry run here.
+bench-accel:
+	bench/accel.sh
 
 bench-list:
 	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done

@@ -22,17 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True, metavar="DIR", help="output directory of a finished job")
     p.add_argument("--query", required=True, help="natural-language query")
     p.add_argument("--top", type=int, default=3, metavar="K")
+    p.add_argument("--prompt", metavar="NAME|TEXT",
+                   help="the query's prompt, as the job's --prompt (e.g. search_query; default: the model's default)")
     a = p.parse_args(argv)
     try:
         report = read_report(a.output)
         table = read_table(a.output)
-        embedder = Embedder.load(report["config"]["model"])
+        # The output's own --dim, so that the query is truncated alike.
+        embedder = Embedder.load(report["config"]["model"], dim=report["config"]["encoder"].get("dim"))
         if embedder.fingerprint != report["model"]["fingerprint"]:
             raise UserError(f"{a.output} was embedded with another model ({report['model']['id']}) than the one loaded")
     except UserError as e:
         print(f"docembed: error: {e}", file=sys.stderr)
         return 2
-    hits = nearest(table, embedder.embed([a.query])[0], a.top)
+    hits = nearest(table, embedder.embed([a.query], prompt=a.prompt)[0], a.top)
     print(f"top {len(hits)} chunks for: {a.query!r}")
     for rank, hit in enumerate(hits.to_pylist(), 1):
         pages = f" pages {hit['page_start']}-{hit['page_end']}" if hit["page_start"] is not None else ""

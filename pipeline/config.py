@@ -31,9 +31,11 @@ class Resources:
 class JobConfig:
     inputs: tuple[str, ...]
     output: str
-    model: str | None = None  # model directory; None for the bundled default
+    model: str | None = None  # model directory, URI or hub id; None for the bundled default
     max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
     overlap: int = 32
+    # --prompt NAME|TEXT: a prompt name of the model's or the text itself; None: the model's default prompt, if any.
+    prompt: str | None = None
     encoder: EncoderConfig = EncoderConfig()
     extract: ExtractConfig = ExtractConfig()
     resources: Resources = Resources()

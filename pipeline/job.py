@@ -25,7 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from pipeline.config import JobConfig
 from pipeline.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.encode import model_dir
-from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
+from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
@@ -174,9 +174,15 @@ def run(cfg: JobConfig) -> RunReport | None:
     """Runs the job. Returns its report, or None when `cfg.output` already holds a finished run."""
     started = time.time()
     spec = model_dir.resolve(cfg.model)
-    tokenizer = Tokenizer(spec.path / "tokenizer.json")
-    chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap)
-    chunking.validate(tokenizer.n_special, spec.max_seq_length)
+    prompt = spec.prompt_text(cfg.prompt)
+    tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)
+    chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, prompt=prompt)
+    # The stages load the model as resolved here (a hub id pinned to its commit) at the chunks' window.
+    encoder = dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens)
+    cfg = dataclasses.replace(cfg, model=spec.source, encoder=encoder)
+    check_shape(spec, cfg.encoder)
+    model_dir.check_weights(spec)
+    chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
     inputs, skipped = list_inputs(list(cfg.inputs))

@@ -46,10 +46,13 @@ OPTIONS = (
     Option("--input", str, "file, directory or shard: a local path, file://, s3:// or gs:// URI; repeatable",
            metavar="URI", repeated=True, required=True),
     Option("--output", str, "output directory (local path or URI)", metavar="URI", required=True),
-    Option("--model", str, "Hugging Face-format model directory or URI (default: bundled all-MiniLM-L6-v2)",
-           metavar="DIR"),
-    Option("--max-tokens", int, "tokens per chunk incl. special tokens (default: the model's max_seq_length)",
-           metavar="N"),
+    Option("--model", str, "model directory, its URI, or a Hugging Face Hub id org/name[@revision] "
+           "(default: bundled all-MiniLM-L6-v2)", metavar="DIR|URI|HUB_ID"),
+    Option("--max-tokens", int, "tokens per chunk incl. special tokens and prompt, up to the model's positions "
+           "(default: the model's max_seq_length)", metavar="N"),
+    Option("--prompt", str, "a prompt name of the model's (config_sentence_transformers.json) or the prompt text, "
+           "put before every chunk; '' for none (default: the model's default prompt, if any)", metavar="NAME|TEXT"),
+    Option("--dim", int, "keep the first N dimensions, re-normalised (Matryoshka; default: all)", metavar="N"),
     Option("--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N"),
     Option("--batch-size", int, "sequences per device per batch at full length (default: 8 on CPU, 64 on GPU/TPU)",
            metavar="N"),
@@ -149,6 +152,7 @@ def encoder_config(values: dict[str, Any]) -> EncoderConfig:
         batch_size=values["batch_size"],
         packing=values["packing"] == "on",
         mesh=parse_mesh(values["mesh"]) if values["mesh"] else (),
+        dim=values["dim"],
     )
 
 
@@ -175,6 +179,7 @@ def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
         model=values["model"],
         max_tokens=values["max_tokens"],
         overlap=values["overlap"],
+        prompt=values["prompt"],
         encoder=encoder_config(values),
         extract=extract_config(values),
         resources=Resources(encode_actors=values["encoders"]),

@@ -153,7 +153,7 @@ class ChunkBlock:
 
     def __init__(self, model: str | None, chunking: ChunkingConfig, record: Record | None = None):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
-        self.tokenizer = Tokenizer(model_dir.local_dir(model) / "tokenizer.json")
+        self.tokenizer = Tokenizer(model_dir.local_dir(model) / "tokenizer.json", prompt=chunking.prompt)
         self.chunking = chunking
         self.clock = StageClock(record)
 
@@ -223,7 +223,7 @@ class EncodeBlock:
     ):
         enable_compilation_cache(compile_cache)
         self.encoder = Encoder(model_dir.resolve(model), encoder)
-        self.schema = embedded_schema(self.encoder.spec.dim)
+        self.schema = embedded_schema(self.encoder.dim)
         self.clock = StageClock(record)
         self.profile_dir = None if profile is None else os.path.join(profile, self.clock.worker.replace(":", "-"))
         self.calls = 0
@@ -246,7 +246,7 @@ class EncodeBlock:
         state = EncoderCall(stats, tuple(sorted(self.encoder.compiled_shapes)), compilation_cache_counts())
         self.clock.send(call=rows_digest(batch), encoder=state)
 
-        dim = self.encoder.spec.dim
+        dim = self.encoder.dim
         flat = pa.array(emb_ND.reshape(-1), pa.float32())
         ok_embeddings = pa.FixedSizeListArray.from_arrays(flat, dim)
         # Scatter the embeddings back among the error rows, which get null.

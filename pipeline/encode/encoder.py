@@ -51,6 +51,11 @@ class EncoderConfig:
     mesh: MeshShape = ()
     # Which mesh axis each logical axis of the model is split over.
     sharding: ShardingRules = ShardingRules()
+    # The longest sequence, special tokens included, up to the model's positions.
+    # None: the model's max_seq_length (sentence_bert_config.json).
+    max_tokens: int | None = None
+    # Matryoshka truncation: the first `dim` dimensions, re-normalised. None: all.
+    dim: int | None = None
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -60,6 +65,8 @@ class EncoderConfig:
             raise ConfigError(f"unknown attention implementation {self.attention!r}; known: {known}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.dim is not None and self.dim < 1:
+            raise ConfigError(f"--dim must be at least 1, got {self.dim}")
         _check_mesh(self.mesh)
 
 
@@ -122,6 +129,7 @@ class Encoder:
         `tail_halvings`: how far a call's last partial batch may shrink (see BatchingConfig)."""
         self.spec = spec
         self.cfg = cfg
+        self.window, self.dim = check_shape(spec, cfg)
         devices = jax.local_devices() if devices is None else devices
         self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
@@ -139,7 +147,7 @@ class Encoder:
         tokens_axes = encoders.logical("BT")
         self._batch_shardings = sharding.named_shardings((tokens_axes,) * 3, rules, self.mesh)
         self.batching = BatchingConfig(
-            max_seq_len=spec.max_seq_length,
+            max_seq_len=self.window,
             batch_size=cfg.batch_size or DEFAULT_BATCH_SIZE.get(devices[0].platform, 8),
             packing=cfg.packing,
             tail_halvings=tail_halvings,
@@ -151,6 +159,7 @@ class Encoder:
             slots=self.batching.slots,
             pooling=spec.pooling,
             normalize=spec.normalize,
+            dim=cfg.dim,
             attention_impl=cfg.attention,
             rules=rules,
         )
@@ -162,7 +171,7 @@ class Encoder:
 
     def encode_ids(self, token_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, EncodeStats]:
         """Token id sequences (special tokens included) -> embeddings [n, dim] float32."""
-        out = np.empty((len(token_ids), self.spec.dim), dtype=np.float32)
+        out = np.empty((len(token_ids), self.dim), dtype=np.float32)
         stats = EncodeStats()
         for batch in make_batches(token_ids, self.batching):
             self.compiled_shapes.add(batch.ids_BT.shape)
@@ -173,10 +182,29 @@ class Encoder:
         return out, stats
 
 
-def _embed(params, ids_BT, segments_BT, positions_BT, *, cfg, slots, pooling, normalize, attention_impl, rules):
-    """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D]."""
+def check_shape(spec: ModelSpec, cfg: EncoderConfig) -> tuple[int, int]:
+    """The window and output dimension `cfg` asks of this model, checked against it."""
+    window = cfg.max_tokens or spec.max_seq_length
+    try:
+        encoders.check_window(spec.arch, window)
+    except encoders.WindowTooLong as e:
+        raise ConfigError(f"--max-tokens {window}: {e}") from None
+    if cfg.dim is not None and cfg.dim > spec.dim:
+        raise ConfigError(f"--dim {cfg.dim} is more than model {spec.model_id}'s {spec.dim} dimensions")
+    return window, cfg.dim or spec.dim
+
+
+def _head(out_BSD, normalize: bool, dim: int | None):
+    """Pooled [B, S, D] -> the output [B, S, dim]: normalised as the model says, then Matryoshka-truncated
+    and re-normalised (the first `dim` dimensions of a unit vector are not one)."""
+    out_BSD = encoders.normalize(out_BSD) if normalize else out_BSD
+    return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
+
+
+def _embed(params, ids_BT, segments_BT, positions_BT, *, cfg, slots, pooling, normalize, attention_impl, rules,
+           dim=None):
+    """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D or dim]."""
     hidden_BTD = encoders.forward(
         params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl, rules=rules
     )
-    out_BSD = encoders.pool(hidden_BTD, segments_BT, slots, pooling)
-    return encoders.normalize(out_BSD) if normalize else out_BSD
+    return _head(encoders.pool(hidden_BTD, segments_BT, slots, pooling), normalize, dim)

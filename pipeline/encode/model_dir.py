@@ -3,9 +3,13 @@
 A model directory holds `config.json` (any family `kernels.encoders` supports),
 the weights as `model.safetensors` or sharded with `model.safetensors.index.json`,
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
-`1_Pooling/config.json` and `sentence_bert_config.json`. Without those files the
-encoder mean-pools and does not normalise, which is how sentence-transformers
-treats a bare checkpoint.
+`1_Pooling/config.json`, `sentence_bert_config.json` and the prompts of
+`config_sentence_transformers.json`. Without those files the encoder mean-pools
+and does not normalise, which is how sentence-transformers treats a bare checkpoint.
+
+`--model` names a model directory, an s3:// or gs:// URI of one, or a Hugging
+Face Hub id (`org/name`, `org/name@revision`). A local path that exists wins
+over a hub id of the same spelling; anything else of the form `org/name` is a hub id.
 """
 
 from __future__ import annotations
@@ -15,8 +19,11 @@ import hashlib
 import json
 from pathlib import Path
 
+import numpy as np
+
 from kernels.encoders import ModelConfig, Params, config_from_hf, params_from_hf
-from pipeline.errors import ModelError, UserError
+from pipeline.encode import hub
+from pipeline.errors import ConfigError, ModelError, UserError
 from pipeline.io.fetch import fetch_dir
 from pipeline.io.uris import is_uri, redact
 
@@ -39,6 +46,12 @@ class ModelSpec:
     max_seq_length: int
     weights_sha256: str
     tokenizer_sha256: str
+    # What the stages on other nodes load to get this very model: the path, the URI, or a
+    # hub id pinned to the commit resolved here. None for the bundled default.
+    source: str | None = None
+    prompts: tuple[tuple[str, str], ...] = ()  # config_sentence_transformers.json: (name, text)
+    default_prompt_name: str | None = None
+    include_prompt: bool = True  # the prompt's tokens are pooled with the text's
 
     @property
     def dim(self) -> int:
@@ -49,6 +62,23 @@ class ModelSpec:
         """Identifies the numbers this model produces: weights, tokenizer and head."""
         parts = [self.weights_sha256, self.tokenizer_sha256, self.pooling, str(self.normalize), str(self.max_seq_length)]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+    def prompt_text(self, prompt: str | None) -> str:
+        """`--prompt NAME|TEXT` -> the text put before every chunk.
+
+        A name among the model's prompts gives that prompt's text; any other
+        string is the text itself. None gives the model's default prompt (if
+        it names one, as sentence-transformers applies it), '' no prompt.
+        """
+        prompts = dict(self.prompts)
+        if prompt is None:
+            prompt = self.default_prompt_name or ""
+        text = prompts.get(prompt, prompt)
+        if text and not self.include_prompt:
+            raise ConfigError(f"model {self.model_id} pools without the prompt's tokens (include_prompt false), "
+                              "which docembed does not implement: run it without --prompt")
+        return text
 
 
 def default_model_dir() -> Path:
@@ -81,10 +111,10 @@ def _read_json(path: Path, default=None):
         raise ModelError(f"cannot read {path}: {e}") from None
 
 
-def _head(path: Path) -> tuple[str, bool, int | None]:
-    """Pooling mode, normalisation and max_seq_length from the sentence-transformers files."""
+def _head(path: Path) -> tuple[str, bool, bool, int | None]:
+    """Pooling mode, normalisation, include_prompt and max_seq_length from the sentence-transformers files."""
     modules = _read_json(path / "modules.json", default=[])
-    pooling, normalize = "mean", False
+    pooling, normalize, include_prompt = "mean", False, True
     for module in modules:
         kind = module.get("type", "").rsplit(".", 1)[-1]
         if kind == "Normalize":
@@ -99,26 +129,45 @@ def _head(path: Path) -> tuple[str, bool, int | None]:
                 pooling = "mean"
             else:
                 raise ModelError(f"{path}: only mean, CLS and last-token pooling are supported, got {pool_cfg}")
+            include_prompt = pool_cfg.get("include_prompt", True)
     st_cfg = _read_json(path / "sentence_bert_config.json", default={})
-    return pooling, normalize, st_cfg.get("max_seq_length")
+    return pooling, normalize, include_prompt, st_cfg.get("max_seq_length")
+
+
+def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    st_cfg = _read_json(path / "config_sentence_transformers.json", default={})
+    prompts = st_cfg.get("prompts") or {}
+    return tuple(sorted(prompts.items())), st_cfg.get("default_prompt_name")
+
+
+def locate(model: str | Path | None) -> tuple[Path, str | None]:
+    """The model directory on this node and the `source` that finds the same model on any node.
+
+    The bundled default; a URI, fetched into the node's cache; an existing local
+    path; else a hub id, downloaded into the hub's cache and pinned to its commit.
+    """
+    if model is None:
+        return default_model_dir(), None
+    model = str(model)
+    if is_uri(model):
+        try:
+            return fetch_dir(model), model
+        except UserError as e:
+            raise ModelError(f"model {redact(model)}: {e}") from None
+    if Path(model).exists() or not hub.is_hub_id(model):
+        return Path(model), model
+    return hub.download(model)
 
 
 def local_dir(model: str | Path | None) -> Path:
-    """The model directory on this node: the bundled default, a local path, or a URI fetched into the node's cache."""
-    if model is None:
-        return default_model_dir()
-    if is_uri(str(model)):
-        try:
-            return fetch_dir(str(model))
-        except UserError as e:
-            raise ModelError(f"model {redact(str(model))}: {e}") from None
-    return Path(model)
+    """The model directory on this node (see `locate`)."""
+    return locate(model)[0]
 
 
 def resolve(model: str | Path | None = None) -> ModelSpec:
     """Reads and checks a model directory (the bundled default when `model` is None; a URI is fetched first)."""
     is_default = model is None
-    path = local_dir(model)
+    path, source = locate(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} does not exist")
     weights = weights_files(path)
@@ -143,10 +192,11 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     except ValueError as e:
         raise ModelError(f"{path}/config.json: {e}") from None
 
-    pooling, normalize, max_seq_length = _head(path)
+    pooling, normalize, include_prompt, max_seq_length = _head(path)
     max_seq_length = min(int(max_seq_length or arch.max_tokens), arch.max_tokens)
+    prompts, default_prompt_name = _prompts(path)
     return ModelSpec(
-        model_id=DEFAULT_MODEL_ID if is_default else redact(str(model)) if is_uri(str(model)) else str(path),
+        model_id=DEFAULT_MODEL_ID if is_default else str(path) if Path(str(model)).exists() else redact(source),
         path=path,
         arch=arch,
         pooling=pooling,
@@ -154,6 +204,10 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         max_seq_length=max_seq_length,
         weights_sha256=weights_sha,
         tokenizer_sha256=_sha256(tokenizer),
+        source=source,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
+        include_prompt=include_prompt,
     )
 
 
@@ -173,6 +227,31 @@ def weights_files(path: Path) -> list[Path]:
         if shard.parent != path or not shard.is_file():
             raise ModelError(f"{index} names shard {shard.name!r}, which is not in {path}")
     return [index, *shards]
+
+
+def check_weights(spec: ModelSpec) -> None:
+    """Every tensor the config implies is there with its shape, from the safetensors headers alone.
+
+    The job checks this on the driver, so that a model whose weights contradict its
+    config fails with one line before any actor starts. No weights are read: each
+    tensor is a zero-stride view of its shape; only the stacking of layers allocates
+    (the model's size in float32, briefly).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    shapes = {}
+    for file in weights_files(spec.path):
+        if file.name == WEIGHTS_INDEX:
+            continue
+        try:
+            with safe_open(file, framework="numpy") as f:
+                shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+        except (SafetensorError, OSError, ValueError) as e:
+            raise ModelError(f"cannot read {file}: {e}") from None
+    try:
+        params_from_hf({name: np.broadcast_to(np.float32(0), shape) for name, shape in shapes.items()}, spec.arch)
+    except ValueError as e:
+        raise ModelError(f"{spec.path}: {e}") from None
 
 
 def load_params(spec: ModelSpec) -> Params:

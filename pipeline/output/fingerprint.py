@@ -9,14 +9,17 @@ from pipeline.io.uris import redact
 
 
 def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
-    """What makes this output's numbers: model weights, tokenizer, head, chunking, compute dtype, PDF extractor."""
+    """What makes this output's numbers: model weights, tokenizer, head, chunking and prompt, compute dtype,
+    output dimension (None: the model's), PDF extractor."""
     settings = {
         "model_fingerprint": spec.fingerprint,
         "weights_sha256": spec.weights_sha256,
         "tokenizer_sha256": spec.tokenizer_sha256,
         "max_tokens": chunking.max_tokens,
         "overlap": chunking.overlap,
+        "prompt": chunking.prompt,
         "dtype": encoder.dtype,
+        "dim": encoder.dim,
         "pdf_extractor": pdf_extractor,
     }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
@@ -24,10 +27,10 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
 
 
 def mismatch(output: str, recorded: dict, manifest: dict) -> str:
-    keys = ("model", "model_fingerprint", "max_tokens", "overlap", "dtype", "pdf_extractor")
+    keys = ("model", "model_fingerprint", "max_tokens", "overlap", "prompt", "dtype", "dim", "pdf_extractor")
     differs = [f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)]
     return (
         f"output {redact(output)} holds an unfinished run made with other settings "
         f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); "
-        "resume it with the same model and chunking, or start afresh with --overwrite"
+        "resume it with the same model, chunking, prompt and dim, or start afresh with --overwrite"
     )

@@ -22,6 +22,7 @@ PAGE_SEPARATOR = "\n\n"
 class ChunkingConfig:
     max_tokens: int
     overlap: int
+    prompt: str = ""  # text put before every chunk (resolved from --prompt: pipeline.encode.model_dir)
 
     def validate(self, n_special: int, model_max: int) -> None:
         if not n_special < self.max_tokens <= model_max:

@@ -12,21 +12,26 @@ class Tokenizer:
 
     The special tokens the model expects around a sequence (e.g. [CLS] ... [SEP])
     are read from the tokenizer's own post-processor, so any BERT-style template works.
+    A `prompt` (e.g. "search_document: ") joins them: its tokens follow the leading
+    special tokens on every sequence, as sentence-transformers puts it before the text,
+    and count against the window like them.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, prompt: str = ""):
         self._tok = HFTokenizer.from_file(str(path))
         self._tok.no_truncation()
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)
         content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
-        self.prefix_ids = probe.ids[: content[0]]
+        prompt_ids = self._tok.encode(prompt, add_special_tokens=False).ids if prompt else []
+        self.prefix_ids = probe.ids[: content[0]] + prompt_ids
         self.suffix_ids = probe.ids[content[-1] + 1 :]
         unk = getattr(self._tok.model, "unk_token", None)
         self.unk_id: int | None = None if unk is None else self._tok.token_to_id(unk)
 
     @property
     def n_special(self) -> int:
+        """Tokens around every sequence's content: special tokens and the prompt's."""
         return len(self.prefix_ids) + len(self.suffix_ids)
 
     def encode_content(self, texts: list[str]):

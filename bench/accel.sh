@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Kernel contract tests, attention and encoder-family benchmarks on this host's GPU or TPU, in one file.
+#
+#   bench/accel.sh                 # on a GPU or TPU host (`make bench-accel`): about 10 minutes at most
+#   bench/accel.sh --cpu           # dry run here: the existing .venv, small sizes, a minute or two
+#   bench/accel.sh --out FILE      # where the tables go (default out/bench-accel-<platform>-<date>.md)
+#
+# On an accelerator host it makes a venv of its own (.venv-accel-gpu or .venv-accel-tpu) with the
+# project's matching JAX extra (pyproject: `gpu` = jax[cuda12], `tpu` = jax[tpu]) at the tested
+# versions (constraints.txt), checks that JAX sees the accelerator, then runs tests/kernels,
+# bench/attention.py and bench/families.py, each under a time limit, appending their output to the
+# file. A failing step is recorded there and the next one still runs; the exit status is 1 if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+mode=auto
+out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --cpu) mode=cpu ;;
+        --out) out="$2"; shift ;;
+        *) echo "usage: bench/accel.sh [--cpu] [--out FILE]" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+# Which accelerator: an NVIDIA driver that lists a GPU, or a TPU VM (its env or its device files).
+if [ "$mode" = auto ]; then
+    if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+        mode=gpu
+    elif [ -n "${TPU_ACCELERATOR_TYPE:-}${TPU_NAME:-}" ] || ls /dev/accel0 /dev/vfio/0 >/dev/null 2>&1; then
+        mode=tpu
+    else
+        echo "bench/accel.sh: no GPU (nvidia-smi) or TPU found on this host; --cpu for the dry run" >&2
+        exit 2
+    fi
+fi
+
+if [ "$mode" = cpu ]; then
+    py=.venv/bin/python
+    [ -x "$py" ] || { echo "bench/accel.sh: --cpu uses .venv: run \`make install-dev\` first" >&2; exit 2; }
+    # Small sizes: this proves the steps run and write their tables, nothing more.
+    tests=(tests/kernels/test_attention.py -k "reference or blockwise")
+    attention=(--impls reference,blockwise --seqs 128,512 --head-dims 32 --heads 2 --repeats 1)
+    families=(--windows 512 --tokens 1024 --rounds 1 --layers 1)
+    limits=(300 300 300)
+else
+    venv=".venv-accel-$mode"
+    py="$venv/bin/python"
+    if [ ! -f "$venv/.installed" ]; then
+        python3 -m venv "$venv" || exit 1
+        "$py" -m pip --disable-pip-version-check -q install -c constraints.txt -e ".[$mode]" pytest pytest-timeout \
+            || { echo "bench/accel.sh: installing docembed[$mode] into $venv failed" >&2; exit 1; }
+        touch "$venv/.installed"
+    fi
+    tests=(tests/kernels)
+    attention=()
+    families=(--windows 512,2048,8192 --rounds 2)
+    # Seconds per step: with a minute or two of installing, under 10 minutes in all.
+    limits=(180 150 180)
+fi
+
+# JAX must see the accelerator, or every figure below would be the CPU's.
+platform=$("$py" -c 'import jax; print(jax.devices()[0].platform)') || exit 1
+if [ "$mode" != cpu ] && [ "$platform" != "$mode" ]; then
+    echo "bench/accel.sh: JAX in $py runs on $platform, not $mode: check the driver / libtpu" >&2
+    exit 1
+fi
+
+out=${out:-out/bench-accel-$platform-$(date -u +%Y%m%d-%H%M).md}
+mkdir -p "$(dirname "$out")"
+{
+    echo "# bench/accel.sh ($mode), $(date -u '+%Y-%m-%d %H:%M UTC'), $(hostname)"
+    echo
+    echo "- CPU: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1)," \
+         "flags: $(grep -o -w -E 'avx512f|amx_tile|avx2' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')"
+    "$py" -c 'import jax; d = jax.devices(); print(f"- JAX {jax.__version__}: {len(d)} x {d[0].device_kind} ({d[0].platform})")'
+    [ "$mode" = gpu ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/- GPU: /'
+    echo
+} >"$out"
+
+failed=0
+step() {  # step LIMIT TITLE COMMAND...: runs it under LIMIT seconds, its output into the file
+    local limit=$1 title=$2
+    shift 2
+    echo "== $title" >&2
+    { echo "## $title"; echo; echo "\`$(printf '%q ' "$@")\`"; echo; } >>"$out"
+    timeout "$limit" "$@" >>"$out" 2>&1
+    local rc=$?
+    if [ $rc -ne 0 ]; then
+        failed=1
+        echo "**FAILED: exit $rc$([ $rc = 124 ] && echo ", over the ${limit}s limit")**" >>"$out"
+    fi
+    echo >>"$out"
+}
+
+step "${limits[0]}" "kernel contract tests" "$py" -m pytest "${tests[@]}" -q -p no:cacheprovider
+step "${limits[1]}" "attention implementations" "$py" bench/attention.py "${attention[@]}"
+step "${limits[2]}" "encoder families" "$py" bench/families.py "${families[@]}"
+
+echo "bench/accel.sh: tables in $out" >&2
+exit $failed

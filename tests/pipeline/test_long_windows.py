@@ -1,0 +1,112 @@
+"""The job at a 2,048-token window, one run per long-context family, against the Embedder.
+
+The committed fixture models are tiny random-weight models of each family
+(tests/make_family_fixtures.py). The RoPE families take any window their
+config.json allows; a copy of each whose config allows 2,048 positions (and, for
+XLM-RoBERTa's learned positions, with rows added to its position table) runs the
+job. A document that fits one window is one chunk holding the whole text, so its
+embedding must be the Embedder's of that text at the same window.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' weights
+import numpy as np
+import pytest
+import ray
+from safetensors.numpy import load_file, save_file
+
+from jobs.search import main as search_main
+from pipeline import Embedder, JobConfig, run_job
+from pipeline.encode.encoder import EncoderConfig
+from pipeline.results import embedding_matrix, read_report, read_table
+from pipeline.text.tokenizer import Tokenizer
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "families"
+WINDOW = 2048
+# Which fixture, and what else the run exercises: a prompt (NomicBERT's task prefixes), a Matryoshka dim.
+FAMILIES = {
+    "xlm-roberta": ("xlm-roberta-mlm-prefix", {}),
+    "modernbert": ("modernbert-hub-config", {}),
+    "nomic_bert": ("nomic-contrastors", {"prompt": "search_document"}),
+    "gte": ("gte-new-ntk", {"dim": 16}),
+}
+# Tokens of the generated documents: one chunk near the window, one short, one of three chunks.
+LENGTHS = {"near-window": WINDOW - 60, "short": 300, "three-chunks": 2 * WINDOW + 500}
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def long_context_copy(name: str, root: Path) -> Path:
+    """The fixture with WINDOW positions (learned position tables get rows added)."""
+    path = root / name
+    shutil.copytree(FIXTURES / name, path)
+    config = json.loads((path / "config.json").read_text())
+    offset = config.get("pad_token_id", 0) + 1 if config["model_type"] == "xlm-roberta" else 0
+    key = "n_positions" if "n_positions" in config else "max_position_embeddings"
+    if config[key] < WINDOW + offset:
+        config[key] = WINDOW + offset
+        tensors = load_file(path / "model.safetensors")
+        for k, v in tensors.items():
+            if k.endswith("position_embeddings.weight"):
+                extra = np.random.default_rng(0).normal(0, 0.02, (WINDOW + offset - v.shape[0], v.shape[1]))
+                tensors[k] = np.concatenate([v, extra.astype(v.dtype)])
+        save_file(tensors, str(path / "model.safetensors"))
+        (path / "config.json").write_text(json.dumps(config))
+    return path
+
+
+def documents(tokenizer: Tokenizer, root: Path) -> Path:
+    """Text files of LENGTHS tokens (content tokens; the window adds the special ones and the prompt)."""
+    words = [f"{w}{i % 97}" for i in range(3 * WINDOW) for w in ("river", "stone", "light")]
+    ids = tokenizer.encode_content([" ".join(words)])[0]
+    docs = root / "docs"
+    docs.mkdir()
+    text = " ".join(words)
+    for name, n in LENGTHS.items():
+        (docs / f"{name}.txt").write_text(text[:ids.offsets[n - 1][1]])
+    return docs
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path, capsys, family):
+    name, options = FAMILIES[family]
+    model = long_context_copy(name, tmp_path)
+    prompt, dim = options.get("prompt"), options.get("dim")
+    embedder = Embedder.load(str(model), max_tokens=WINDOW, dim=dim)
+    assert embedder.encoder.spec.arch.family == family
+    docs = documents(embedder.tokenizer, tmp_path)
+    out = tmp_path / "out"
+    run_job(JobConfig(inputs=(str(docs),), output=str(out), model=str(model), max_tokens=WINDOW, overlap=64,
+                      prompt=prompt, encoder=EncoderConfig(dim=dim)))
+
+    table = read_table(str(out)).sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
+    rows = table.drop_columns(["embedding"]).to_pylist()
+    by_doc = {}
+    for row, vector in zip(rows, embedding_matrix(table)):
+        by_doc.setdefault(Path(row["doc_id"]).stem, []).append((row, vector))
+    assert {doc: len(chunks) for doc, chunks in by_doc.items()} == {"near-window": 1, "short": 1, "three-chunks": 3}
+    n_around = Tokenizer(model / "tokenizer.json", prompt=embedder.encoder.spec.prompt_text(prompt)).n_special
+    assert [row["n_tokens"] for row, _ in by_doc["three-chunks"]][:2] == [WINDOW, WINDOW]
+    for doc in ("near-window", "short"):
+        (row, vector), = by_doc[doc]
+        assert row["n_tokens"] == LENGTHS[doc] + n_around
+        want = embedder.embed([row["text"]], prompt=prompt)[0]
+        assert vector.shape == (dim or embedder.encoder.spec.dim,)
+        cos = float(vector @ want / np.linalg.norm(vector) / np.linalg.norm(want))
+        assert cos >= 0.99999, (doc, cos)
+    config = read_report(str(out))["config"]
+    assert config["encoder"]["max_tokens"] == WINDOW and config["encoder"]["dim"] == dim
+    assert config["chunking"]["prompt"] == embedder.encoder.spec.prompt_text(prompt)
+    # jobs/search.py embeds the query as the output was embedded: its --dim, the query's own prompt.
+    capsys.readouterr()
+    assert search_main(["--output", str(out), "--query", "river stone", "--top", "1", "--prompt", ""]) == 0
+    assert capsys.readouterr().out.startswith("top 1 chunks for: 'river stone'")
