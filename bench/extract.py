@@ -57,7 +57,9 @@ def main() -> None:
             s, pages[name] = extract_all(pdfs, in_process[name])
             seconds[name].append(s)
 
-    print(f"{len(pdfs)} PDFs under {a.input}, {sum(map(len, pdfs)) / 1e6:.1f} MB; medians of {a.rounds} rounds, one core")
+    print(
+        f"{len(pdfs)} PDFs under {a.input}, {sum(map(len, pdfs)) / 1e6:.1f} MB; medians of {a.rounds} rounds, one core"
+    )
     print("| extractor | docs with text | pages | chars | tokens | median s | pages/s | chars/s | tokens/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     rate = {}
@@ -68,16 +70,21 @@ def main() -> None:
         tokens = sum(len(e.ids) for e in tokenizer.encode_content(texts))
         s = statistics.median(seconds[name])
         rate[name] = n_pages / s
-        print(f"| {name} | {len(texts)} | {n_pages:,} | {chars:,} | {tokens:,} | {s:.3f} | {n_pages / s:,.0f} | "
-              f"{chars / s:,.0f} | {tokens / s:,.0f} |")
+        print(
+            f"| {name} | {len(texts)} | {n_pages:,} | {chars:,} | {tokens:,} | {s:.3f} | {n_pages / s:,.0f} | "
+            f"{chars / s:,.0f} | {tokens / s:,.0f} |"
+        )
     fast, reference = PDF_EXTRACTORS[-1], PDF_EXTRACTORS[0]
     print(f"\n{fast} / {reference} pages/s: {rate[fast] / rate[reference]:.1f}x")
 
-    print("\n| extractor | in process s | sandboxed s | overhead per document ms | sandboxed / in process | first document, child start included, s |")
+    print(
+        "\n| extractor | in process s | sandboxed s | overhead per document ms | sandboxed / in process "
+        "| first document, child start included, s |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name in PDF_EXTRACTORS:
         sandbox = Sandbox(ExtractConfig(name))
-        sandboxed = lambda data: sandbox.extract_pages(data, "pdf")  # noqa: E731
+        sandboxed = lambda data, sandbox=sandbox: sandbox.extract_pages(data, "pdf")  # noqa: E731
         start_s = extract_all(pdfs[:1], sandboxed)[0]  # the child starts with the first document
         inside, boxed = [], []
         for _ in range(a.rounds):
@@ -85,7 +92,10 @@ def main() -> None:
             boxed.append(extract_all(pdfs, sandboxed)[0])
         sandbox.close()
         s_in, s_box = statistics.median(inside), statistics.median(boxed)
-        print(f"| {name} | {s_in:.3f} | {s_box:.3f} | {(s_box - s_in) / len(pdfs) * 1e3:.2f} | {s_box / s_in:.2f}x | {start_s:.2f} |")
+        print(
+            f"| {name} | {s_in:.3f} | {s_box:.3f} | {(s_box - s_in) / len(pdfs) * 1e3:.2f} "
+            f"| {s_box / s_in:.2f}x | {start_s:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -45,30 +45,68 @@ from kernels import encoders  # noqa: E402
 # Published configs (the fields that shape the computation), one per family.
 CONFIGS = {
     "bert (bert-base-uncased)": {
-        "model_type": "bert", "vocab_size": 30522, "hidden_size": 768, "num_hidden_layers": 12,
-        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 512, "hidden_act": "gelu",
+        "model_type": "bert",
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+        "hidden_act": "gelu",
     },
     # bge-m3 is XLM-RoBERTa large (1024 x 24); base dims with its 8,194 positions keep the rounds short.
     "xlm-roberta (base, bge-m3's positions)": {
-        "model_type": "xlm-roberta", "vocab_size": 250002, "hidden_size": 768, "num_hidden_layers": 12,
-        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 8194, "pad_token_id": 1,
-        "type_vocab_size": 1, "hidden_act": "gelu",
+        "model_type": "xlm-roberta",
+        "vocab_size": 250002,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 8194,
+        "pad_token_id": 1,
+        "type_vocab_size": 1,
+        "hidden_act": "gelu",
     },
     "modernbert (ModernBERT-base)": {
-        "model_type": "modernbert", "vocab_size": 50368, "hidden_size": 768, "num_hidden_layers": 22,
-        "num_attention_heads": 12, "intermediate_size": 1152, "max_position_embeddings": 8192,
-        "global_attn_every_n_layers": 3, "local_attention": 128, "global_rope_theta": 160000.0,
-        "local_rope_theta": 10000.0, "hidden_activation": "gelu",
+        "model_type": "modernbert",
+        "vocab_size": 50368,
+        "hidden_size": 768,
+        "num_hidden_layers": 22,
+        "num_attention_heads": 12,
+        "intermediate_size": 1152,
+        "max_position_embeddings": 8192,
+        "global_attn_every_n_layers": 3,
+        "local_attention": 128,
+        "global_rope_theta": 160000.0,
+        "local_rope_theta": 10000.0,
+        "hidden_activation": "gelu",
     },
     "nomic_bert (nomic-embed-text-v1.5)": {
-        "model_type": "nomic_bert", "vocab_size": 30528, "n_embd": 768, "n_layer": 12, "n_head": 12,
-        "n_inner": 3072, "n_positions": 8192, "rotary_emb_base": 1000, "activation_function": "swiglu",
-        "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "layer_norm_epsilon": 1e-12,
+        "model_type": "nomic_bert",
+        "vocab_size": 30528,
+        "n_embd": 768,
+        "n_layer": 12,
+        "n_head": 12,
+        "n_inner": 3072,
+        "n_positions": 8192,
+        "rotary_emb_base": 1000,
+        "activation_function": "swiglu",
+        "qkv_proj_bias": False,
+        "mlp_fc1_bias": False,
+        "mlp_fc2_bias": False,
+        "layer_norm_epsilon": 1e-12,
     },
     "gte (gte-base-en-v1.5)": {
-        "model_type": "new", "vocab_size": 30528, "hidden_size": 768, "num_hidden_layers": 12,
-        "num_attention_heads": 12, "intermediate_size": 3072, "max_position_embeddings": 8192,
-        "rope_theta": 500000.0, "rope_scaling": {"type": "ntk", "factor": 2.0}, "type_vocab_size": 0,
+        "model_type": "new",
+        "vocab_size": 30528,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 8192,
+        "rope_theta": 500000.0,
+        "rope_scaling": {"type": "ntk", "factor": 2.0},
+        "type_vocab_size": 0,
         "hidden_act": "gelu",
     },
 }
@@ -119,16 +157,21 @@ def main() -> None:
     parser.add_argument("--families", help="comma-separated substrings of the family names (default: all)")
     args = parser.parse_args()
     windows = [int(w) for w in args.windows.split(",")]
-    chosen = {name: config for name, config in CONFIGS.items()
-              if not args.families or any(f in name for f in args.families.split(","))}
+    chosen = {
+        name: config
+        for name, config in CONFIGS.items()
+        if not args.families or any(f in name for f in args.families.split(","))
+    }
 
-    print(f"# bench/families.py, {datetime.date.today()}, {cpu_name()}, jax {jax.__version__}, "
-          f"{jax.devices()[0].platform}, float32, attention 'auto'")
+    print(
+        f"# bench/families.py, {datetime.date.today()}, {cpu_name()}, jax {jax.__version__}, "
+        f"{jax.devices()[0].platform}, float32, attention 'auto'"
+    )
     models, calls = {}, {}
     for name, config in chosen.items():
         cfg = encoders.config_from_hf(config)
         if args.layers:
-            cfg = dataclasses.replace(cfg, num_layers=args.layers, layer_kinds=cfg.layer_kinds[:args.layers])
+            cfg = dataclasses.replace(cfg, num_layers=args.layers, layer_kinds=cfg.layer_kinds[: args.layers])
         models[name] = (cfg, jax.device_put(encoders.init_params(cfg)))
         for window in windows:
             try:
@@ -136,14 +179,18 @@ def main() -> None:
             except encoders.WindowTooLong:
                 continue
             start = time.perf_counter()
-            calls[name, window] = (compiled_forward(models[name][1], cfg, window, args.tokens, "auto"),
-                                   rows(window, args.tokens))
+            calls[name, window] = (
+                compiled_forward(models[name][1], cfg, window, args.tokens, "auto"),
+                rows(window, args.tokens),
+            )
             print(f"compiled {name} at {window} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
 
     largest = max(windows)
     print(f"\n## peak memory of the forward pass at {largest} tokens, one row (XLA memory analysis), MiB")
-    print("| family | blockwise temp | reference temp | temp ratio | blockwise total | reference total "
-          f"| total ratio | <= {MEMORY_BOUND:g} |")
+    print(
+        "| family | blockwise temp | reference temp | temp ratio | blockwise total | reference total "
+        f"| total ratio | <= {MEMORY_BOUND:g} |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---|")
     for name, (cfg, params) in models.items():
         try:
@@ -152,8 +199,11 @@ def main() -> None:
             continue
         (bt, btot), (rt, rtot) = (peak_bytes(params, cfg, largest, impl) for impl in ("blockwise", "reference"))
         mib = lambda b: f"{b / 2**20:,.0f}"  # noqa: E731
-        print(f"| {name} | {mib(bt)} | {mib(rt)} | {bt / rt:.3f} | {mib(btot)} | {mib(rtot)} | {btot / rtot:.3f} "
-              f"| {'yes' if btot / rtot <= MEMORY_BOUND else 'NO'} |", flush=True)
+        print(
+            f"| {name} | {mib(bt)} | {mib(rt)} | {bt / rt:.3f} | {mib(btot)} | {mib(rtot)} | {btot / rtot:.3f} "
+            f"| {'yes' if btot / rtot <= MEMORY_BOUND else 'NO'} |",
+            flush=True,
+        )
 
     # Compiled ahead of time, so no round compiles; every round counts.
     rates: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
@@ -167,8 +217,13 @@ def main() -> None:
             print(f"round {round_} {name} {window}: {seconds:.2f}s", file=sys.stderr)
 
     print(f"\n## tokens/s, {args.tokens} tokens per call, median [min-max] of {args.rounds} rounds")
-    print("| family | " + " | ".join(f"window {w}" for w in windows) + " | " +
-          " | ".join(f"{w} / {windows[0]}" for w in windows[1:]) + " |")
+    print(
+        "| family | "
+        + " | ".join(f"window {w}" for w in windows)
+        + " | "
+        + " | ".join(f"{w} / {windows[0]}" for w in windows[1:])
+        + " |"
+    )
     print("|---|" + "---:|" * (2 * len(windows) - 1))
     for name in chosen:
         cells = [spread(rates[name, w]) if (name, w) in rates else "beyond its positions" for w in windows]

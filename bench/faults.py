@@ -66,14 +66,24 @@ def main() -> None:
         ]
         print("\n".join(rows), flush=True)
         with scenarios.local_ray():
-            rows += scenario_rows("local Ray, 2 CPUs", corpus, tmp, {
-                "encoder actor ray.kill x2": lambda: scenarios.KillEncoder(["ray.kill"] * 2),
-                "encoder actor SIGKILL x2": lambda: scenarios.KillEncoder(["SIGKILL"] * 2),
-            })
+            rows += scenario_rows(
+                "local Ray, 2 CPUs",
+                corpus,
+                tmp,
+                {
+                    "encoder actor ray.kill x2": lambda: scenarios.KillEncoder(["ray.kill"] * 2),
+                    "encoder actor SIGKILL x2": lambda: scenarios.KillEncoder(["SIGKILL"] * 2),
+                },
+            )
         with scenarios.three_node_cluster() as (cluster, workers):
-            rows += scenario_rows("3-node cluster", corpus, tmp, {
-                "worker node removed": lambda: scenarios.RemoveNode(cluster, workers),
-            })
+            rows += scenario_rows(
+                "3-node cluster",
+                corpus,
+                tmp,
+                {
+                    "worker node removed": lambda: scenarios.RemoveNode(cluster, workers),
+                },
+            )
     print("\n" + "\n".join(rows))
 
 

@@ -26,9 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from machine import cpu_description  # noqa: E402  (bench/machine.py)
+
 from pipeline import JobConfig, run_job  # noqa: E402
 from pipeline.capacity import sample_cpu_stages  # noqa: E402
-from machine import cpu_description  # noqa: E402  (bench/machine.py)
 from pipeline.encode.encoder import Encoder, EncoderConfig  # noqa: E402
 from pipeline.encode.model_dir import resolve  # noqa: E402
 from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
@@ -63,14 +64,20 @@ def main() -> None:
         encoder = windows = None
         for round_ in range(a.rounds):
             t = time.perf_counter()
-            cfg = JobConfig(inputs=(str(corpus),), output=str(Path(tmp) / f"out{round_}"), overlap=a.overlap,
-                            encoder=encoder_cfg, extract=ExtractConfig(extractor))
+            cfg = JobConfig(
+                inputs=(str(corpus),),
+                output=str(Path(tmp) / f"out{round_}"),
+                overlap=a.overlap,
+                encoder=encoder_cfg,
+                extract=ExtractConfig(extractor),
+            )
             report = run_job(cfg)
             job_wall = time.perf_counter() - t
             if encoder is None:  # the same windows as the job's, made by its own CPU stages in this process
                 chunking = ChunkingConfig(max_tokens=spec.max_seq_length, overlap=a.overlap)
-                windows = sample_cpu_stages([str(corpus)], report.inputs, None, chunking, ShardFields(),
-                                            cfg.extract).windows
+                windows = sample_cpu_stages(
+                    [str(corpus)], report.inputs, None, chunking, ShardFields(), cfg.extract
+                ).windows
                 encoder = Encoder(spec, encoder_cfg)
                 encoder.encode_ids(windows)  # compile every shape first
             tokens = sum(map(len, windows))
@@ -79,18 +86,31 @@ def main() -> None:
             _, stats = encoder.encode_ids(windows)
             alone = time.perf_counter() - t
             span = report.stages.stages["encode"].span_s
-            rows.append((job_wall, span, alone, report.padding_efficiency, max(map(len, report.compiled_shapes.values()))))
-            print(f"round {round_ + 1}: job {job_wall:.1f} s wall, encoder span {span:.1f} s; encoder alone {alone:.1f} s; "
-                  f"job/alone {alone / job_wall:.2f}x over the wall, {alone / span:.2f}x over the span; "
-                  f"{report.stages.line(report.wall_seconds)}")
+            rows.append(
+                (job_wall, span, alone, report.padding_efficiency, max(map(len, report.compiled_shapes.values())))
+            )
+            print(
+                f"round {round_ + 1}: job {job_wall:.1f} s wall, encoder span {span:.1f} s; "
+                f"encoder alone {alone:.1f} s; "
+                f"job/alone {alone / job_wall:.2f}x over the wall, {alone / span:.2f}x over the span; "
+                f"{report.stages.line(report.wall_seconds)}"
+            )
 
-    print(f"corpus: {a.input} x{a.copies}: {report.inputs} inputs, {report.chunks} chunks, {tokens} tokens; "
-          f"PDF extractor {extractor}; packing {a.packing}; {a.rounds} rounds alternating job and encoder alone")
-    print(f"padding efficiency: job {rows[-1][3]:.1%} with {rows[-1][4]} programs, "
-          f"encoder alone {stats.real_tokens / stats.computed_tokens:.1%} with {len(encoder.compiled_shapes)}")
-    for what, ratios in (("over the wall", [r[2] / r[0] for r in rows]), ("over the span", [r[2] / r[1] for r in rows])):
-        print(f"job / encoder alone {what}: median {statistics.median(ratios):.2f}x "
-              f"[{min(ratios):.2f}-{max(ratios):.2f}]")
+    print(
+        f"corpus: {a.input} x{a.copies}: {report.inputs} inputs, {report.chunks} chunks, {tokens} tokens; "
+        f"PDF extractor {extractor}; packing {a.packing}; {a.rounds} rounds alternating job and encoder alone"
+    )
+    print(
+        f"padding efficiency: job {rows[-1][3]:.1%} with {rows[-1][4]} programs, "
+        f"encoder alone {stats.real_tokens / stats.computed_tokens:.1%} with {len(encoder.compiled_shapes)}"
+    )
+    for what, ratios in (
+        ("over the wall", [r[2] / r[0] for r in rows]),
+        ("over the span", [r[2] / r[1] for r in rows]),
+    ):
+        print(
+            f"job / encoder alone {what}: median {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
+        )
     print(f"encoder alone: median {tokens / statistics.median(r[2] for r in rows):,.0f} tokens/s")
 
 

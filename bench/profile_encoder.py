@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
+
 from pipeline.encode.batching import make_batches  # noqa: E402
 from pipeline.encode.encoder import Encoder, EncoderConfig  # noqa: E402
 from pipeline.encode.model_dir import resolve  # noqa: E402
@@ -61,7 +62,10 @@ def parse_hlo(text: str) -> dict[str, tuple[str, str, str, int | None]]:
         op_name = re.search(r'op_name="([^"]*)"', line)
         body = bodies.get(calls.group(1), "") if calls else ""
         out[m.group(1)] = (
-            m.group(2), op_name.group(1) if op_name else "", body, int(frame.group(1)) if frame else None
+            m.group(2),
+            op_name.group(1) if op_name else "",
+            body,
+            int(frame.group(1)) if frame else None,
         )
     return out
 
@@ -151,7 +155,9 @@ def main() -> None:
         batches = list(make_batches(ids, enc.batching))
         walls["host: make_batches"].append(time.perf_counter() - t)
         t = time.perf_counter()
-        jax.block_until_ready([jax.device_put((b.ids_BT, b.segments_BT, b.positions_BT), enc._batch_shardings) for b in batches])
+        jax.block_until_ready(
+            [jax.device_put((b.ids_BT, b.segments_BT, b.positions_BT), enc._batch_shardings) for b in batches]
+        )
         walls["host: device_put"].append(time.perf_counter() - t)
 
     with tempfile.TemporaryDirectory() as trace_dir:
@@ -179,11 +185,16 @@ def main() -> None:
     total = sum(busy.values())
     print(f"CPU: {cpu_description()}; jax {jax.__version__}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"XLA_FLAGS: {os.environ['XLA_FLAGS']}")
-    print(f"{a.texts} texts x {a.seq} tokens, {first.ids_BT.shape[0]} rows per call, attention={a.attention}; medians of 3")
+    print(
+        f"{a.texts} texts x {a.seq} tokens, {first.ids_BT.shape[0]} rows per call, attention={a.attention}; "
+        "medians of 3"
+    )
     call = med["encode_ids"]
     cpu = sorted(cpu_times)[1]
-    print(f"  encode_ids             {call:7.3f} s  {tokens / call:8,.0f} tokens/s; "
-          f"CPU time {cpu / tokens * 1e6:.0f} us/token, {cpu / call:.2f} cores busy")
+    print(
+        f"  encode_ids             {call:7.3f} s  {tokens / call:8,.0f} tokens/s; "
+        f"CPU time {cpu / tokens * 1e6:.0f} us/token, {cpu / call:.2f} cores busy"
+    )
     for name in ("host: make_batches", "host: device_put"):
         print(f"  {name:22s} {med[name]:7.3f} s  {med[name] / call:8.1%} of encode_ids")
     print(f"thunk busy time summed over XLA threads: {total / 1e9:.3f} s for one encode_ids")

@@ -114,8 +114,10 @@ def main():
         print(f"made {path}: {rows:,} rows, {path.stat().st_size / 1e9:.2f} GB in {time.perf_counter() - started:.0f}s")
     shard = InputFile(str(path), "parquet", path.stat().st_size)
     meta = pq.read_metadata(path)
-    print(f"shard: {meta.num_rows:,} rows in {meta.num_row_groups} row groups, {shard.size / 1e9:.2f} GB; "
-          f"unit size {shards.UNIT_BYTES >> 20} MiB")
+    print(
+        f"shard: {meta.num_rows:,} rows in {meta.num_row_groups} row groups, {shard.size / 1e9:.2f} GB; "
+        f"unit size {shards.UNIT_BYTES >> 20} MiB"
+    )
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -130,8 +132,11 @@ def main():
             seconds, planning, rows, units, peak = read_once(shard, split)
             assert rows == meta.num_rows, (rows, meta.num_rows)
             results[split].append((seconds, peak))
-            print(f"round {r + 1} {'units' if split else 'whole'}: {seconds:.1f}s (planning {planning:.1f}s), "
-                  f"{units} unit(s), {rows / seconds:,.0f} rows/s, driver peak RSS {peak / 2**20:.0f} MiB", flush=True)
+            print(
+                f"round {r + 1} {'units' if split else 'whole'}: {seconds:.1f}s (planning {planning:.1f}s), "
+                f"{units} unit(s), {rows / seconds:,.0f} rows/s, driver peak RSS {peak / 2**20:.0f} MiB",
+                flush=True,
+            )
     ratios = [w[0] / u[0] for w, u in zip(results[False], results[True])]
     spread = f"{min(ratios):.2f}-{max(ratios):.2f}x"
     print(f"whole / units wall time: median {statistics.median(ratios):.2f}x, range {spread}")

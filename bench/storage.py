@@ -125,18 +125,32 @@ def driver_memory(sizes: list[int], scratch: Path) -> dict:
     for copies in sizes:
         corpus = replicate(scratch / f"mem-{copies}x", copies)
         result = subprocess.run(
-            [sys.executable, "-c", MEASURE_DRIVER.format(repo=str(REPO)), "--input", str(corpus), "--output",
-             str(scratch / f"mem-out-{copies}x")],
-            capture_output=True, text=True, cwd=REPO, env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
+            [
+                sys.executable,
+                "-c",
+                MEASURE_DRIVER.format(repo=str(REPO)),
+                "--input",
+                str(corpus),
+                "--output",
+                str(scratch / f"mem-out-{copies}x"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"},
         )
         line = next((l for l in result.stdout.splitlines() if l.startswith("BENCH")), None)
         if line is None:
             raise RuntimeError(f"{copies}x failed: {result.stderr[-2000:]}")
         _, code, maxrss_kib, seconds, rss_kib = line.split()
         documents = sum(1 for p in corpus.rglob("*") if p.suffix in (".pdf", ".txt", ".md"))
-        out[f"{copies}x"] = {"documents": documents, "peak_driver_rss_mib": round(int(maxrss_kib) / 1024, 1),
-                             "driver_rss_at_end_mib": round(int(rss_kib) / 1024, 1),
-                             "seconds": round(float(seconds), 1), "exit": int(code)}
+        out[f"{copies}x"] = {
+            "documents": documents,
+            "peak_driver_rss_mib": round(int(maxrss_kib) / 1024, 1),
+            "driver_rss_at_end_mib": round(int(rss_kib) / 1024, 1),
+            "seconds": round(float(seconds), 1),
+            "exit": int(code),
+        }
         print(copies, out[f"{copies}x"], flush=True)
         shutil.rmtree(corpus)
     return out

@@ -23,17 +23,36 @@ from pipeline.text.chunking import ChunkingConfig  # noqa: E402
 from pipeline.text.tokenizer import Tokenizer  # noqa: E402
 
 # The job's options that shape what the CPU stages and the encoder do.
-JOB_OPTIONS = ("input", "model", "max_tokens", "overlap", "batch_size", "mesh", "dtype", "attention",
-               "id_field", "text_field", "pdf_extractor", "extract_timeout", "extract_memory")
+JOB_OPTIONS = (
+    "input",
+    "model",
+    "max_tokens",
+    "overlap",
+    "batch_size",
+    "mesh",
+    "dtype",
+    "attention",
+    "id_field",
+    "text_field",
+    "pdf_extractor",
+    "extract_timeout",
+    "extract_memory",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="jobs/capacity.py", description=__doc__.split("\n\n")[0])
     add_job_options(p, JOB_OPTIONS)
     p.add_argument("--sample-docs", type=int, default=200, metavar="N", help="documents to sample (default 200)")
-    p.add_argument("--encoder-tokens-per-s", type=float, metavar="R",
-                   help="the target chip's encoder rate per chip, instead of measuring this machine's")
-    p.add_argument("--headroom", type=float, default=1.25, metavar="X", help="margin over the measured need (default 1.25)")
+    p.add_argument(
+        "--encoder-tokens-per-s",
+        type=float,
+        metavar="R",
+        help="the target chip's encoder rate per chip, instead of measuring this machine's",
+    )
+    p.add_argument(
+        "--headroom", type=float, default=1.25, metavar="X", help="margin over the measured need (default 1.25)"
+    )
     return p.parse_args(argv)
 
 

@@ -22,8 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", required=True, metavar="DIR", help="output directory of a finished job")
     p.add_argument("--query", required=True, help="natural-language query")
     p.add_argument("--top", type=int, default=3, metavar="K")
-    p.add_argument("--prompt", metavar="NAME|TEXT",
-                   help="the query's prompt, as the job's --prompt (e.g. search_query; default: the model's default)")
+    p.add_argument(
+        "--prompt",
+        metavar="NAME|TEXT",
+        help="the query's prompt, as the job's --prompt (e.g. search_query; default: the model's default)",
+    )
     a = p.parse_args(argv)
     try:
         report = read_report(a.output)

@@ -16,10 +16,12 @@ because `jax.make_mesh` puts neighbouring devices along the last axis.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 MESH_AXES = ("data", "model")
 
@@ -115,4 +117,3 @@ def shard_map(fn: Callable, mesh: Mesh, rules: ShardingRules, *, in_axes: Any, o
     """
     to_mesh = lambda tree: jax.tree.map(rules.spec, tree)  # noqa: E731
     return jax.shard_map(fn, mesh=mesh, in_specs=to_mesh(in_axes), out_specs=to_mesh(out_axes), check_vma=False)
-

@@ -12,8 +12,11 @@ __all__ = ["Embedder", "JobConfig", "run_job"]
 
 # Loaded on first use (PEP 562): the extraction sandbox's child process imports
 # pipeline.extract and must not pay the seconds and memory of loading JAX.
-_EXPORTS = {"Embedder": ("pipeline.encode.embedder", "Embedder"), "JobConfig": ("pipeline.config", "JobConfig"),
-            "run_job": ("pipeline.job", "run")}
+_EXPORTS = {
+    "Embedder": ("pipeline.encode.embedder", "Embedder"),
+    "JobConfig": ("pipeline.config", "JobConfig"),
+    "run_job": ("pipeline.job", "run"),
+}
 
 
 def __getattr__(name: str):

@@ -227,11 +227,15 @@ def _run_on_ray(
     if state is None:
         return None
     if state.done:
-        log.info("docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups))
+        log.info(
+            "docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups)
+        )
     groups = _plan_big_shards(groups, set(state.done), fields, placement.stage_cpus)
     ledger = Ledger(cfg.output, groups, state)
     report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
-    report.add_summaries([{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()])
+    report.add_summaries(
+        [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()]
+    )
     todo = [g for g in groups if g.id not in state.done]
     # On the driver's node: the job outlives any other node, and so must the counters.
     tally_name = f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}"

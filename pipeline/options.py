@@ -22,7 +22,6 @@ from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig
 
-
 ON_OFF = ("on", "off")
 
 
@@ -43,37 +42,89 @@ class Option:
 
 
 OPTIONS = (
-    Option("--input", str, "file, directory or shard: a local path, file://, s3:// or gs:// URI; repeatable",
-           metavar="URI", repeated=True, required=True),
+    Option(
+        "--input",
+        str,
+        "file, directory or shard: a local path, file://, s3:// or gs:// URI; repeatable",
+        metavar="URI",
+        repeated=True,
+        required=True,
+    ),
     Option("--output", str, "output directory (local path or URI)", metavar="URI", required=True),
-    Option("--model", str, "model directory, its URI, or a Hugging Face Hub id org/name[@revision] "
-           "(default: bundled all-MiniLM-L6-v2)", metavar="DIR|URI|HUB_ID"),
-    Option("--max-tokens", int, "tokens per chunk incl. special tokens and prompt, up to the model's positions "
-           "(default: the model's max_seq_length)", metavar="N"),
-    Option("--prompt", str, "a prompt name of the model's (config_sentence_transformers.json) or the prompt text, "
-           "put before every chunk; '' for none (default: the model's default prompt, if any)", metavar="NAME|TEXT"),
+    Option(
+        "--model",
+        str,
+        "model directory, its URI, or a Hugging Face Hub id org/name[@revision] (default: bundled all-MiniLM-L6-v2)",
+        metavar="DIR|URI|HUB_ID",
+    ),
+    Option(
+        "--max-tokens",
+        int,
+        "tokens per chunk incl. special tokens and prompt, up to the model's positions "
+        "(default: the model's max_seq_length)",
+        metavar="N",
+    ),
+    Option(
+        "--prompt",
+        str,
+        "a prompt name of the model's (config_sentence_transformers.json) or the prompt text, "
+        "put before every chunk; '' for none (default: the model's default prompt, if any)",
+        metavar="NAME|TEXT",
+    ),
     Option("--dim", int, "keep the first N dimensions, re-normalised (Matryoshka; default: all)", metavar="N"),
     Option("--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N"),
-    Option("--batch-size", int, "sequences per device per batch at full length (default: 8 on CPU, 64 on GPU/TPU)",
-           metavar="N"),
-    Option("--packing", str, "several sequences per row of the window (on), or one per length bucket (off); "
-           "default on", "on", choices=ON_OFF),
-    Option("--mesh", str, "each encoder's device mesh; model splits heads and MLP (default: all local devices on data)",
-           metavar="data=N,model=M"),
+    Option(
+        "--batch-size",
+        int,
+        "sequences per device per batch at full length (default: 8 on CPU, 64 on GPU/TPU)",
+        metavar="N",
+    ),
+    Option(
+        "--packing",
+        str,
+        "several sequences per row of the window (on), or one per length bucket (off); default on",
+        "on",
+        choices=ON_OFF,
+    ),
+    Option(
+        "--mesh",
+        str,
+        "each encoder's device mesh; model splits heads and MLP (default: all local devices on data)",
+        metavar="data=N,model=M",
+    ),
     Option("--dtype", str, "encoder compute dtype (default float32)", "float32", choices=tuple(sorted(DTYPES))),
     Option("--attention", str, "attention implementation (default auto)", "auto", metavar="IMPL"),
     Option("--accelerator", str, "where encoders run (default auto)", "auto", choices=ACCELERATORS),
     Option("--encoders", int, "CPU encoder actors (default: one per node)", metavar="N"),
-    Option("--compile-cache", str, f"persistent JAX compilation cache; '' turns it off (default {DEFAULT_COMPILE_CACHE})",
-           str(DEFAULT_COMPILE_CACHE), metavar="DIR"),
-    Option("--profile", str, "write a JAX profiler trace of each encoder actor under DIR (on its node)",
-           metavar="DIR"),
-    Option("--pdf-extractor", str, "PDF text extractor: auto takes the fastest installed (default auto)", "auto",
-           choices=("auto", *PDF_EXTRACTORS)),
-    Option("--extract-timeout", int, f"seconds one document's extraction may take (default {ExtractConfig.timeout_s})",
-           ExtractConfig.timeout_s, metavar="S"),
-    Option("--extract-memory", int, f"MiB of memory one document's extraction may take (default {ExtractConfig.memory_mib})",
-           ExtractConfig.memory_mib, metavar="MIB"),
+    Option(
+        "--compile-cache",
+        str,
+        f"persistent JAX compilation cache; '' turns it off (default {DEFAULT_COMPILE_CACHE})",
+        str(DEFAULT_COMPILE_CACHE),
+        metavar="DIR",
+    ),
+    Option("--profile", str, "write a JAX profiler trace of each encoder actor under DIR (on its node)", metavar="DIR"),
+    Option(
+        "--pdf-extractor",
+        str,
+        "PDF text extractor: auto takes the fastest installed (default auto)",
+        "auto",
+        choices=("auto", *PDF_EXTRACTORS),
+    ),
+    Option(
+        "--extract-timeout",
+        int,
+        f"seconds one document's extraction may take (default {ExtractConfig.timeout_s})",
+        ExtractConfig.timeout_s,
+        metavar="S",
+    ),
+    Option(
+        "--extract-memory",
+        int,
+        f"MiB of memory one document's extraction may take (default {ExtractConfig.memory_mib})",
+        ExtractConfig.memory_mib,
+        metavar="MIB",
+    ),
     Option("--overwrite", bool, "start afresh instead of keeping or resuming the output", False),
     Option("--group-size", int, "files committed together (default 64)", 64, metavar="N"),
     Option("--id-field", str, "document id field of jsonl/parquet shards (default id)", "id", metavar="NAME"),
@@ -107,8 +158,15 @@ def _add_argument(p: argparse.ArgumentParser, o: Option, *, standalone: bool = F
         return
     if standalone:
         extra["required"] = o.required
-    p.add_argument(o.flag, type=o.type, help=o.help, metavar=o.metavar, choices=o.choices or None,
-                   action="append" if o.repeated else "store", **extra)
+    p.add_argument(
+        o.flag,
+        type=o.type,
+        help=o.help,
+        metavar=o.metavar,
+        choices=o.choices or None,
+        action="append" if o.repeated else "store",
+        **extra,
+    )
 
 
 def _check_value(o: Option, value: Any, where: str) -> Any:
@@ -118,7 +176,9 @@ def _check_value(o: Option, value: Any, where: str) -> Any:
     for item in items:
         ok = isinstance(item, o.type) and not (o.type is int and isinstance(item, bool))
         if not ok and item is not None:
-            raise ConfigError(f"{where}: {o.key} must be {'a list of ' if o.repeated else ''}{o.type.__name__}, got {item!r}")
+            raise ConfigError(
+                f"{where}: {o.key} must be {'a list of ' if o.repeated else ''}{o.type.__name__}, got {item!r}"
+            )
         if o.choices and item not in o.choices:
             raise ConfigError(f"{where}: {o.key} must be one of {', '.join(o.choices)}, got {item!r}")
     return items if o.repeated else value

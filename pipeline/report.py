@@ -36,7 +36,14 @@ class RunReport:
 
     @classmethod
     def start(
-        cls, cfg: JobConfig, spec: ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig, *, inputs: int, skipped: int
+        cls,
+        cfg: JobConfig,
+        spec: ModelSpec,
+        chunking: ChunkingConfig,
+        extract: ExtractConfig,
+        *,
+        inputs: int,
+        skipped: int,
     ) -> RunReport:
         """`extract` with its PDF extractor resolved: the name of the one that ran."""
         config = {

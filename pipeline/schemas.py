@@ -61,9 +61,7 @@ CHUNK_FIELDS = [
 # doc_chunks: how many chunks the row's document has (null on error rows), so the
 # writer can tell when all of a group's rows have been written.
 TRACKING_FIELDS = GROUP_FIELDS + [pa.field("doc_chunks", pa.int32())]
-CHUNK_SCHEMA = pa.schema(
-    CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + ERROR_FIELDS + TRACKING_FIELDS
-)
+CHUNK_SCHEMA = pa.schema(CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + ERROR_FIELDS + TRACKING_FIELDS)
 
 
 def embedded_schema(dim: int) -> pa.Schema:

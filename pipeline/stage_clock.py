@@ -154,9 +154,7 @@ class StageTable:
         """'read 2%, extract 61%, ... encode 93% busy; bottleneck encode' for the progress line."""
         if not self.stages:
             return "stages: none started"
-        busy = ", ".join(
-            f"{s} {self.utilisation(s, wall_s):.0%}" for s in sorted(self.stages, key=_flow_order)
-        )
+        busy = ", ".join(f"{s} {self.utilisation(s, wall_s):.0%}" for s in sorted(self.stages, key=_flow_order))
         return f"stages busy: {busy}; bottleneck {self.bottleneck(wall_s)}"
 
 
@@ -210,7 +208,10 @@ class RunTally:
         out = {}
         for worker, last in self.latest.items():
             out[worker] = EncoderTotals(
-                EncodeStats(), last.encoder.compiled_shapes, last.encoder.compile_cache, {**last.where, "worker": worker}
+                EncodeStats(),
+                last.encoder.compiled_shapes,
+                last.encoder.compile_cache,
+                {**last.where, "worker": worker},
             )
         for increment in self.calls.values():
             if increment.encoder is not None:

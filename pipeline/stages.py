@@ -188,7 +188,12 @@ class ChunkBlock:
             return [error_row({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
         with self.clock.timing("chunk") as counts:
             chunks = chunk_document(
-                text, encoding.ids, encoding.offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
+                text,
+                encoding.ids,
+                encoding.offsets,
+                page_starts if doc["kind"] == "pdf" else None,
+                self.tokenizer,
+                self.chunking,
             )
             counts["chunks"] += len(chunks)
         return [
@@ -253,4 +258,6 @@ class EncodeBlock:
         position = ok.cumsum() - 1
         embedding = ok_embeddings.take(pa.array(position, mask=~ok))
         table = batch.drop_columns(["token_ids"])
-        return table.append_column(self.schema.field("embedding"), embedding).select(self.schema.names).cast(self.schema)
+        return (
+            table.append_column(self.schema.field("embedding"), embedding).select(self.schema.names).cast(self.schema)
+        )

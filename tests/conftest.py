@@ -11,11 +11,16 @@ import pytest
 
 from support import CORPUS, REPO, SAMPLES, encrypt
 
-
 # Tests that run real Ray jobs, clusters, storage servers or notebooks: `make test` runs them,
 # `make test-fast` leaves them out. Whole folders and files, and single tests that start a job.
-INTEGRATION = ("tests/faults/", "tests/jobs/", "tests/notebooks/", "tests/storage/", "tests/pipeline/test_job.py",
-               "tests/pipeline/test_output_consumers.py")
+INTEGRATION = (
+    "tests/faults/",
+    "tests/jobs/",
+    "tests/notebooks/",
+    "tests/storage/",
+    "tests/pipeline/test_job.py",
+    "tests/pipeline/test_output_consumers.py",
+)
 INTEGRATION_TESTS = (
     "test_job_schedules_encoders_on_the_tpu_resource",
     "test_job_asking_for_a_gpu_here_fails_before_starting",
@@ -33,8 +38,10 @@ def pytest_collection_modifyitems(items):
 def corpus() -> Path:
     """The real PDFs of ../shared/corpus, beside this clone: missing fails in CI, and skips with the reason here."""
     if not CORPUS.is_dir():
-        why = (f"needs the shared corpus of real PDFs at {CORPUS} (../shared beside this clone, or DOCEMBED_SHARED); "
-               "clone the repository next to its shared/ folder")
+        why = (
+            f"needs the shared corpus of real PDFs at {CORPUS} (../shared beside this clone, or DOCEMBED_SHARED); "
+            "clone the repository next to its shared/ folder"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(why)
         pytest.skip(why)
@@ -78,4 +85,3 @@ def kernel_env(tmp_path, monkeypatch):
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-

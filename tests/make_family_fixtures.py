@@ -38,8 +38,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -71,10 +71,13 @@ def wordpiece_tokenizer() -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(corpus(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special,
-                                                                limit_alphabet=150))
+    tok.train_from_iterator(
+        corpus(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special, limit_alphabet=150)
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
     return tok
 
 
@@ -85,9 +88,12 @@ def unigram_tokenizer() -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
     special = ["<s>", "<pad>", "</s>", "<unk>"]
-    tok.train_from_iterator(corpus(), trainers.UnigramTrainer(vocab_size=400, special_tokens=special, unk_token="<unk>"))
+    tok.train_from_iterator(
+        corpus(), trainers.UnigramTrainer(vocab_size=400, special_tokens=special, unk_token="<unk>")
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))])
+        single="<s> $A </s>", special_tokens=[("<s>", tok.token_to_id("<s>")), ("</s>", tok.token_to_id("</s>"))]
+    )
     return tok
 
 
@@ -141,8 +147,12 @@ def _vocab(tokenizer: str) -> dict:
     tok = TOKENIZERS[tokenizer]
     if tokenizer == "wordpiece":
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("[PAD]"))
-    return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("<pad>"),
-                bos_token_id=tok.token_to_id("<s>"), eos_token_id=tok.token_to_id("</s>"))
+    return dict(
+        vocab_size=tok.get_vocab_size(),
+        pad_token_id=tok.token_to_id("<pad>"),
+        bos_token_id=tok.token_to_id("<s>"),
+        eos_token_id=tok.token_to_id("</s>"),
+    )
 
 
 def _base(model_cls, config, seed: int, base_attr: str | None = None):
@@ -160,7 +170,9 @@ def _base(model_cls, config, seed: int, base_attr: str | None = None):
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     for old in path.glob("model*.safetensors*"):
         old.unlink()
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"), metadata={"format": "pt"}
+    )
 
 
 def _rewrite_config(path: Path, drop: list[str], add: dict) -> None:
@@ -174,13 +186,18 @@ def modernbert_hub_config(path: Path, base) -> None:
     """transformers' layer_types/rope_parameters -> the hub's global_attn_every_n_layers and thetas."""
     c = base.config
     every = 3
-    assert c.layer_types == ["full_attention" if i % every == 0 else "sliding_attention"
-                             for i in range(c.num_hidden_layers)], c.layer_types
-    _rewrite_config(path, ["layer_types", "rope_parameters"], {
-        "global_attn_every_n_layers": every,
-        "global_rope_theta": c.rope_parameters["full_attention"]["rope_theta"],
-        "local_rope_theta": c.rope_parameters["sliding_attention"]["rope_theta"],
-    })
+    assert c.layer_types == [
+        "full_attention" if i % every == 0 else "sliding_attention" for i in range(c.num_hidden_layers)
+    ], c.layer_types
+    _rewrite_config(
+        path,
+        ["layer_types", "rope_parameters"],
+        {
+            "global_attn_every_n_layers": every,
+            "global_rope_theta": c.rope_parameters["full_attention"]["rope_theta"],
+            "local_rope_theta": c.rope_parameters["sliding_attention"]["rope_theta"],
+        },
+    )
     reread = transformers.AutoConfig.from_pretrained(path)
     assert (reread.layer_types, reread.rope_parameters) == (c.layer_types, c.rope_parameters), "hub layout misread"
 
@@ -205,14 +222,30 @@ def nomic_contrastors_layout(path: Path, base) -> None:
             out[dst + f"{new}.weight"], out[dst + f"{new}.bias"] = sd[src + f"{old}.weight"], sd[src + f"{old}.bias"]
     _write_tensors(path, out)
     config = {
-        "model_type": "nomic_bert", "architectures": ["NomicBertModel"], "activation_function": "swiglu",
-        "n_embd": c.hidden_size, "n_head": c.num_attention_heads, "n_layer": c.num_hidden_layers,
-        "n_inner": c.intermediate_size, "n_positions": c.max_position_embeddings, "max_trained_positions": 2048,
-        "layer_norm_epsilon": c.layer_norm_eps, "rotary_emb_base": c.rope_parameters["rope_theta"],
-        "rotary_emb_fraction": 1.0, "rotary_emb_interleaved": False, "rotary_scaling_factor": None,
-        "qkv_proj_bias": False, "mlp_fc1_bias": False, "mlp_fc2_bias": False, "prenorm": False,
-        "use_rms_norm": False, "causal": False, "type_vocab_size": c.type_vocab_size,
-        "vocab_size": c.vocab_size, "pad_vocab_size_multiple": 1, "pad_token_id": c.pad_token_id,
+        "model_type": "nomic_bert",
+        "architectures": ["NomicBertModel"],
+        "activation_function": "swiglu",
+        "n_embd": c.hidden_size,
+        "n_head": c.num_attention_heads,
+        "n_layer": c.num_hidden_layers,
+        "n_inner": c.intermediate_size,
+        "n_positions": c.max_position_embeddings,
+        "max_trained_positions": 2048,
+        "layer_norm_epsilon": c.layer_norm_eps,
+        "rotary_emb_base": c.rope_parameters["rope_theta"],
+        "rotary_emb_fraction": 1.0,
+        "rotary_emb_interleaved": False,
+        "rotary_scaling_factor": None,
+        "qkv_proj_bias": False,
+        "mlp_fc1_bias": False,
+        "mlp_fc2_bias": False,
+        "prenorm": False,
+        "use_rms_norm": False,
+        "causal": False,
+        "type_vocab_size": c.type_vocab_size,
+        "vocab_size": c.vocab_size,
+        "pad_vocab_size_multiple": 1,
+        "pad_token_id": c.pad_token_id,
     }
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
 
@@ -225,8 +258,10 @@ def gte_new_layout(path: Path, base) -> None:
     """GteModel -> the hub's `new.` names, fused qkv_proj/up_gate_proj, and NewConfig keys."""
     c, sd = base.config, base.state_dict()
     p = "new."
-    out = {p + k: sd[k] for k in ("embeddings.word_embeddings.weight", "embeddings.LayerNorm.weight",
-                                  "embeddings.LayerNorm.bias")}
+    out = {
+        p + k: sd[k]
+        for k in ("embeddings.word_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias")
+    }
     for i in range(c.num_hidden_layers):
         src, dst = f"layers.{i}.", f"{p}encoder.layer.{i}."
         for kind in ("weight", "bias"):
@@ -235,16 +270,30 @@ def gte_new_layout(path: Path, base) -> None:
             out[dst + f"attn_ln.{kind}"] = sd[src + f"post_attention_layernorm.{kind}"]
             out[dst + f"mlp_ln.{kind}"] = sd[src + f"post_mlp_layernorm.{kind}"]
             out[dst + f"mlp.down_proj.{kind}"] = sd[src + f"mlp.down_proj.{kind}"]
-        out[dst + "mlp.up_gate_proj.weight"] = torch.cat([sd[src + "mlp.up_proj.weight"], sd[src + "mlp.gate_proj.weight"]])
+        out[dst + "mlp.up_gate_proj.weight"] = torch.cat(
+            [sd[src + "mlp.up_proj.weight"], sd[src + "mlp.gate_proj.weight"]]
+        )
     _write_tensors(path, out)
     config = {
-        "model_type": "new", "architectures": ["NewModel"], "hidden_act": c.hidden_act,
-        "hidden_size": c.hidden_size, "num_attention_heads": c.num_attention_heads,
-        "num_hidden_layers": c.num_hidden_layers, "intermediate_size": c.intermediate_size,
-        "max_position_embeddings": c.max_position_embeddings, "layer_norm_eps": c.layer_norm_eps,
-        "layer_norm_type": "layer_norm", "position_embedding_type": "rope", "rope_theta": GTE_THETA,
-        "rope_scaling": GTE_NTK, "logn_attention_scale": False, "pack_qkv": True, "unpad_inputs": False,
-        "use_memory_efficient_attention": False, "type_vocab_size": 0, "vocab_size": c.vocab_size,
+        "model_type": "new",
+        "architectures": ["NewModel"],
+        "hidden_act": c.hidden_act,
+        "hidden_size": c.hidden_size,
+        "num_attention_heads": c.num_attention_heads,
+        "num_hidden_layers": c.num_hidden_layers,
+        "intermediate_size": c.intermediate_size,
+        "max_position_embeddings": c.max_position_embeddings,
+        "layer_norm_eps": c.layer_norm_eps,
+        "layer_norm_type": "layer_norm",
+        "position_embedding_type": "rope",
+        "rope_theta": GTE_THETA,
+        "rope_scaling": GTE_NTK,
+        "logn_attention_scale": False,
+        "pack_qkv": True,
+        "unpad_inputs": False,
+        "use_memory_efficient_attention": False,
+        "type_vocab_size": 0,
+        "vocab_size": c.vocab_size,
         "pad_token_id": c.pad_token_id,
     }
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
@@ -272,50 +321,223 @@ def fixtures() -> list[Fixture]:
     wp, ug = _vocab("wordpiece"), _vocab("unigram")
     T = transformers
     return [
-        Fixture("bert-mlm-prefix", _base(T.BertForMaskedLM, T.BertConfig(
-            **wp, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=MAX_SEQ_LENGTH), 1, "bert"), "wordpiece", "mean", True),
-        Fixture("bert-pooler", _base(T.BertModel, T.BertConfig(
-            **wp, hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
-            max_position_embeddings=MAX_SEQ_LENGTH + 16, hidden_act="gelu_new"), 2), "wordpiece", "cls", False),
-        Fixture("xlm-roberta-sharded", _base(T.XLMRobertaModel, T.XLMRobertaConfig(
-            **ug, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            max_position_embeddings=MAX_SEQ_LENGTH + 2, type_vocab_size=1), 3), "unigram", "cls", True,
-            max_shard_size="20KB"),
-        Fixture("xlm-roberta-mlm-prefix", _base(T.XLMRobertaForMaskedLM, T.XLMRobertaConfig(
-            **ug, hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=96,
-            max_position_embeddings=MAX_SEQ_LENGTH + 2, type_vocab_size=1), 4, "roberta"), "unigram", "mean", False),
-        Fixture("modernbert-hub-config", _base(T.ModernBertForMaskedLM, T.ModernBertConfig(
-            **wp, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
-            hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=48,
-            max_position_embeddings=512, local_attention=16,
-            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 160_000.0},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}),
-            5, "model"), "wordpiece", "mean", True, rewrite=modernbert_hub_config),
-        Fixture("modernbert-layer-types", _base(T.ModernBertModel, T.ModernBertConfig(
-            **wp, cls_token_id=2, sep_token_id=3, bos_token_id=2, eos_token_id=3,
-            hidden_size=48, num_hidden_layers=5, num_attention_heads=4, intermediate_size=64,
-            max_position_embeddings=256, local_attention=24, norm_bias=True, attention_bias=True, mlp_bias=True,
-            layer_types=["full_attention", "sliding_attention"] * 2 + ["full_attention"],
-            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 80_000.0},
-                             "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0}}),
-            6), "wordpiece", "cls", False),
-        Fixture("nomic-contrastors", _base(T.NomicBertModel, T.NomicBertConfig(
-            **wp, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            max_position_embeddings=8192, rope_parameters={"rope_type": "default", "rope_theta": 1000.0}), 7),
-            "wordpiece", "mean", True, rewrite=nomic_contrastors_layout, prompts=PROMPTS),
-        Fixture("nomic-transformers", _base(T.NomicBertModel, T.NomicBertConfig(
-            **wp, hidden_size=48, num_hidden_layers=3, num_attention_heads=6, intermediate_size=80,
-            max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 10_000.0}), 8),
-            "wordpiece", "lasttoken", False),
-        Fixture("gte-new-ntk", gte_ntk_model(T.GteConfig(
-            **wp, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=8192, type_vocab_size=0,
-            rope_parameters={"rope_type": "default", "rope_theta": GTE_THETA}), 9),
-            "wordpiece", "cls", True, rewrite=gte_new_layout),
-        Fixture("gte-transformers", _base(T.GteModel, T.GteConfig(
-            **ug, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64,
-            max_position_embeddings=8192, type_vocab_size=1), 10), "unigram", "mean", False),
+        Fixture(
+            "bert-mlm-prefix",
+            _base(
+                T.BertForMaskedLM,
+                T.BertConfig(
+                    **wp,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    intermediate_size=64,
+                    max_position_embeddings=MAX_SEQ_LENGTH,
+                ),
+                1,
+                "bert",
+            ),
+            "wordpiece",
+            "mean",
+            True,
+        ),
+        Fixture(
+            "bert-pooler",
+            _base(
+                T.BertModel,
+                T.BertConfig(
+                    **wp,
+                    hidden_size=48,
+                    num_hidden_layers=3,
+                    num_attention_heads=6,
+                    intermediate_size=80,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 16,
+                    hidden_act="gelu_new",
+                ),
+                2,
+            ),
+            "wordpiece",
+            "cls",
+            False,
+        ),
+        Fixture(
+            "xlm-roberta-sharded",
+            _base(
+                T.XLMRobertaModel,
+                T.XLMRobertaConfig(
+                    **ug,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    type_vocab_size=1,
+                ),
+                3,
+            ),
+            "unigram",
+            "cls",
+            True,
+            max_shard_size="20KB",
+        ),
+        Fixture(
+            "xlm-roberta-mlm-prefix",
+            _base(
+                T.XLMRobertaForMaskedLM,
+                T.XLMRobertaConfig(
+                    **ug,
+                    hidden_size=48,
+                    num_hidden_layers=3,
+                    num_attention_heads=3,
+                    intermediate_size=96,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    type_vocab_size=1,
+                ),
+                4,
+                "roberta",
+            ),
+            "unigram",
+            "mean",
+            False,
+        ),
+        Fixture(
+            "modernbert-hub-config",
+            _base(
+                T.ModernBertForMaskedLM,
+                T.ModernBertConfig(
+                    **wp,
+                    cls_token_id=2,
+                    sep_token_id=3,
+                    bos_token_id=2,
+                    eos_token_id=3,
+                    hidden_size=32,
+                    num_hidden_layers=4,
+                    num_attention_heads=2,
+                    intermediate_size=48,
+                    max_position_embeddings=512,
+                    local_attention=16,
+                    rope_parameters={
+                        "full_attention": {"rope_type": "default", "rope_theta": 160_000.0},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                    },
+                ),
+                5,
+                "model",
+            ),
+            "wordpiece",
+            "mean",
+            True,
+            rewrite=modernbert_hub_config,
+        ),
+        Fixture(
+            "modernbert-layer-types",
+            _base(
+                T.ModernBertModel,
+                T.ModernBertConfig(
+                    **wp,
+                    cls_token_id=2,
+                    sep_token_id=3,
+                    bos_token_id=2,
+                    eos_token_id=3,
+                    hidden_size=48,
+                    num_hidden_layers=5,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=256,
+                    local_attention=24,
+                    norm_bias=True,
+                    attention_bias=True,
+                    mlp_bias=True,
+                    layer_types=["full_attention", "sliding_attention"] * 2 + ["full_attention"],
+                    rope_parameters={
+                        "full_attention": {"rope_type": "default", "rope_theta": 80_000.0},
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 5_000.0},
+                    },
+                ),
+                6,
+            ),
+            "wordpiece",
+            "cls",
+            False,
+        ),
+        Fixture(
+            "nomic-contrastors",
+            _base(
+                T.NomicBertModel,
+                T.NomicBertConfig(
+                    **wp,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=8192,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+                ),
+                7,
+            ),
+            "wordpiece",
+            "mean",
+            True,
+            rewrite=nomic_contrastors_layout,
+            prompts=PROMPTS,
+        ),
+        Fixture(
+            "nomic-transformers",
+            _base(
+                T.NomicBertModel,
+                T.NomicBertConfig(
+                    **wp,
+                    hidden_size=48,
+                    num_hidden_layers=3,
+                    num_attention_heads=6,
+                    intermediate_size=80,
+                    max_position_embeddings=2048,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+                ),
+                8,
+            ),
+            "wordpiece",
+            "lasttoken",
+            False,
+        ),
+        Fixture(
+            "gte-new-ntk",
+            gte_ntk_model(
+                T.GteConfig(
+                    **wp,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    intermediate_size=64,
+                    max_position_embeddings=8192,
+                    type_vocab_size=0,
+                    rope_parameters={"rope_type": "default", "rope_theta": GTE_THETA},
+                ),
+                9,
+            ),
+            "wordpiece",
+            "cls",
+            True,
+            rewrite=gte_new_layout,
+        ),
+        Fixture(
+            "gte-transformers",
+            _base(
+                T.GteModel,
+                T.GteConfig(
+                    **ug,
+                    hidden_size=48,
+                    num_hidden_layers=3,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=8192,
+                    type_vocab_size=1,
+                ),
+                10,
+            ),
+            "unigram",
+            "mean",
+            False,
+        ),
     ]
 
 
@@ -323,22 +545,32 @@ TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer()
 
 
 def sentence_transformers_files(path: Path, fx: Fixture, dim: int) -> None:
-    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
     if fx.normalize:
         modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
     (path / "modules.json").write_text(json.dumps(modules, indent=2))
     (path / "1_Pooling").mkdir()
-    pooling = {"word_embedding_dimension": dim, "pooling_mode_cls_token": fx.pooling == "cls",
-               "pooling_mode_mean_tokens": fx.pooling == "mean", "pooling_mode_max_tokens": False,
-               "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
-               "pooling_mode_lasttoken": fx.pooling == "lasttoken", "include_prompt": True}
+    pooling = {
+        "word_embedding_dimension": dim,
+        "pooling_mode_cls_token": fx.pooling == "cls",
+        "pooling_mode_mean_tokens": fx.pooling == "mean",
+        "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False,
+        "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": fx.pooling == "lasttoken",
+        "include_prompt": True,
+    }
     (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
-    (path / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": MAX_SEQ_LENGTH,
-                                                                "do_lower_case": False}))
+    (path / "sentence_bert_config.json").write_text(
+        json.dumps({"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False})
+    )
     if fx.prompts:
-        (path / "config_sentence_transformers.json").write_text(json.dumps(
-            {"prompts": fx.prompts, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2))
+        (path / "config_sentence_transformers.json").write_text(
+            json.dumps({"prompts": fx.prompts, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2)
+        )
 
 
 def embed(base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture) -> dict[str, np.ndarray]:
@@ -357,8 +589,12 @@ def embed(base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture) 
         ids.append(np.array(text_ids, np.int32))
         hidden.append(h.numpy())
         pooled.append(vector.numpy())
-    return {"ids": np.concatenate(ids), "lengths": np.array([len(i) for i in ids], np.int32),
-            "hidden": np.concatenate(hidden), "pooled": np.stack(pooled)}
+    return {
+        "ids": np.concatenate(ids),
+        "lengths": np.array([len(i) for i in ids], np.int32),
+        "hidden": np.concatenate(hidden),
+        "pooled": np.stack(pooled),
+    }
 
 
 def make(fx: Fixture) -> None:
@@ -379,8 +615,10 @@ def make(fx: Fixture) -> None:
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size)
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)
-    print(f"{fx.name}: {type(base).__name__}, tokens {result['lengths'].tolist()}, "
-          f"files {sorted(p.name for p in path.iterdir())}")
+    print(
+        f"{fx.name}: {type(base).__name__}, tokens {result['lengths'].tolist()}, "
+        f"files {sorted(p.name for p in path.iterdir())}"
+    )
 
 
 def main() -> None:
@@ -389,8 +627,10 @@ def main() -> None:
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
     for fx in fixtures():
         make(fx)
-    (OUT / "VERSIONS.txt").write_text(f"made by tests/make_family_fixtures.py with transformers "
-                                      f"{transformers.__version__}, torch {torch.__version__}\n")
+    (OUT / "VERSIONS.txt").write_text(
+        f"made by tests/make_family_fixtures.py with transformers "
+        f"{transformers.__version__}, torch {torch.__version__}\n"
+    )
 
 
 if __name__ == "__main__":

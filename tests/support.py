@@ -45,8 +45,9 @@ def run_on_cpu_devices(script: Path, out: Path, devices: int, timeout: float) ->
     JSON it wrote to OUT. XLA makes simulated devices only before JAX starts, and this process has
     started it with one."""
     env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-    child = subprocess.run([sys.executable, str(script), str(out)], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=timeout)
+    child = subprocess.run(
+        [sys.executable, str(script), str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert child.returncode == 0, child.stderr[-4000:]
     return json.loads(out.read_text())
 
@@ -133,14 +134,21 @@ def text_pdf(pages: list[str], *, padding_bytes: int = 0) -> bytes:
     kids = b" ".join(b"%d 0 R" % (5 + 2 * i) for i in range(n))
     objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, n), _FONT]
     side = max(int(padding_bytes**0.5), 1)
-    objects.append(stream(os.urandom(side * side),
-                          b"/Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8" % (side, side)))
+    objects.append(
+        stream(
+            os.urandom(side * side),
+            b"/Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceGray /BitsPerComponent 8"
+            % (side, side),
+        )
+    )
     for i, text in enumerate(pages):
         draw = b" /Im0 Do" if i == 0 and padding_bytes else b""
         lines = b" T* ".join(b"(%s) Tj" % _escape(line) for line in text.split("\n"))
         content = b"q%s Q BT /F1 11 Tf 14 TL 72 720 Td %s ET" % (draw, lines)
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-                       b"/Resources << /Font << /F1 3 0 R >> /XObject << /Im0 4 0 R >> >> >>" % (6 + 2 * i))
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
+            b"/Resources << /Font << /F1 3 0 R >> /XObject << /Im0 4 0 R >> >> >>" % (6 + 2 * i)
+        )
         objects.append(stream(content))
     return pdf_file(objects)
 
@@ -151,24 +159,28 @@ def _escape(text: str) -> bytes:
 
 def page_tree_loop_pdf() -> bytes:
     """A Pages node whose only kid is itself, and a page that is its own parent."""
-    return pdf_file([
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
-        b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] >>",
-    ])
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [2 0 R 3 0 R] /Count 2 >>",
+            b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 612 792] >>",
+        ]
+    )
 
 
 def deeply_nested_pdf(depth: int = 100_000) -> bytes:
     """A page whose resources hold arrays and dictionaries nested `depth` deep."""
     nested = b"[" * depth + b"]" * depth + b" " + b"<< /A " * depth + b">>" * depth
-    return pdf_file([
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> /Deep %s >> >>" % nested,
-        stream(b"BT /F1 11 Tf 72 720 Td (Text beside a deep structure.) Tj ET"),
-        _FONT,
-    ])
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+            b"/Resources << /Font << /F1 5 0 R >> /Deep %s >> >>" % nested,
+            stream(b"BT /F1 11 Tf 72 720 Td (Text beside a deep structure.) Tj ET"),
+            _FONT,
+        ]
+    )
 
 
 def decompression_bomb_pdf(inflated_bytes: int = 1 << 30) -> bytes:
@@ -176,25 +188,37 @@ def decompression_bomb_pdf(inflated_bytes: int = 1 << 30) -> bytes:
     deflate = zlib.compressobj(9)
     block = b" " * (1 << 20)
     packed = b"".join(deflate.compress(block) for _ in range(inflated_bytes // len(block))) + deflate.flush()
-    return pdf_file([
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-        stream(packed, b"/Filter /FlateDecode"),
-    ])
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+            stream(packed, b"/Filter /FlateDecode"),
+        ]
+    )
 
 
 def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
     """Pages that draw a form `fanout` times that draws a line `fanout` times: a small file, fanout**2 per page."""
     kids = b" ".join(b"%d 0 R" % (7 + i) for i in range(pages))
-    page = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
-            b"/Resources << /XObject << /X 4 0 R >> >> >>")
-    return pdf_file([
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
-        stream(b"/X Do " * fanout),
-        stream(b"/Y Do " * fanout, b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /XObject << /Y 5 0 R >> >>"),
-        stream(b"BT /F1 11 Tf 72 720 Td (Ha!) Tj ET",
-               b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 6 0 R >> >>"),
-        _FONT,
-    ] + [page] * pages)
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+        b"/Resources << /XObject << /X 4 0 R >> >> >>"
+    )
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+            stream(b"/X Do " * fanout),
+            stream(
+                b"/Y Do " * fanout,
+                b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /XObject << /Y 5 0 R >> >>",
+            ),
+            stream(
+                b"BT /F1 11 Tf 72 720 Td (Ha!) Tj ET",
+                b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] /Resources << /Font << /F1 6 0 R >> >>",
+            ),
+            _FONT,
+        ]
+        + [page] * pages
+    )

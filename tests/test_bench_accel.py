@@ -16,13 +16,18 @@ SCRIPT = REPO / "bench" / "accel.sh"
 
 def test_without_an_accelerator_it_says_so_and_exits_2(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_")} | {"PATH": "/usr/bin:/bin"}
-    if subprocess.run(["sh", "-c", "command -v nvidia-smi || ls /dev/accel0 /dev/vfio/0"], env=env,
-                      capture_output=True).returncode == 0:
+    if (
+        subprocess.run(
+            ["sh", "-c", "command -v nvidia-smi || ls /dev/accel0 /dev/vfio/0"], env=env, capture_output=True
+        ).returncode
+        == 0
+    ):
         pytest.skip("this host has an accelerator")
     result = subprocess.run([str(SCRIPT), "--out", str(tmp_path / "t.md")], env=env, capture_output=True, text=True)
     assert result.returncode == 2
-    assert result.stderr.strip() == ("bench/accel.sh: no GPU (nvidia-smi) or TPU found on this host; "
-                                     "--cpu for the dry run")
+    assert result.stderr.strip() == (
+        "bench/accel.sh: no GPU (nvidia-smi) or TPU found on this host; --cpu for the dry run"
+    )
     assert not (tmp_path / "t.md").exists()
 
 
@@ -34,7 +39,9 @@ def test_the_cpu_dry_run_writes_the_three_tables(tmp_path):
     text = out.read_text()
     assert text.startswith("# bench/accel.sh (cpu), ")
     assert "FAILED" not in text
-    for section, table_head in [("## kernel contract tests", " passed"),
-                                ("## attention implementations", "| impl | head_dim | seq |"),
-                                ("## encoder families", "| family | window 512 |")]:
+    for section, table_head in [
+        ("## kernel contract tests", " passed"),
+        ("## attention implementations", "| impl | head_dim | seq |"),
+        ("## encoder families", "| family | window 512 |"),
+    ]:
         assert section in text and table_head in text.split(section, 1)[1], section

@@ -49,8 +49,9 @@ def blockwise_attention(
     # beyond every kv_length and are masked.
     q, k, v = pad_seq(q, block_q), pad_seq(k, block_k), pad_seq(v, block_k)
     q_blocks, kv_seq = q.shape[1] // block_q, k.shape[1]
-    ranges = key_block_ranges(kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q,
-                              kv_seq=kv_seq, block_k=block_k)
+    ranges = key_block_ranges(
+        kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q, kv_seq=kv_seq, block_k=block_k
+    )
 
     def split(x, block):  # 'BTNH' -> [B, T / block, N, block, H]
         return x.reshape(batch, -1, block, heads, head_dim).transpose(0, 1, 3, 2, 4)

@@ -54,15 +54,16 @@ def _pallas_limits(problem: Problem) -> str | None:
     if problem.platform == "gpu" and problem.head_dim & (problem.head_dim - 1):
         return f"Triton needs a power-of-two head_dim, got {problem.head_dim}"
     if problem.platform == "cpu" and problem.varying:
-        return ("Pallas interpret mode fails under jax.shard_map(check_vma=True) "
-                "(a JAX limitation); use check_vma=False")
+        return "Pallas interpret mode fails under jax.shard_map(check_vma=True) (a JAX limitation); use check_vma=False"
     return None
 
 
 def _tpu_kernel_limits(problem: Problem) -> str | None:
     if problem.varying:
-        return ("JAX's TPU kernels do not declare how their output varies across the mesh; "
-                "call them under jax.shard_map(check_vma=False)")
+        return (
+            "JAX's TPU kernels do not declare how their output varies across the mesh; "
+            "call them under jax.shard_map(check_vma=False)"
+        )
     return None
 
 
@@ -74,8 +75,9 @@ def _tpu_flash_limits(problem: Problem) -> str | None:
 
 def _cudnn_limits(problem: Problem) -> str | None:
     if problem.segments:
-        return ("jax.nn.dot_product_attention has no segment ids (JAX's cuDNN packed layout, "
-                "q/kv offsets, is private API)")
+        return (
+            "jax.nn.dot_product_attention has no segment ids (JAX's cuDNN packed layout, q/kv offsets, is private API)"
+        )
     if problem.window is not None:
         return "cuDNN's sliding window is causal (left only); the window here is two-sided"
     if problem.dtype not in HALF_DTYPES:
@@ -147,9 +149,12 @@ def _log_once(level: int, message: str) -> None:
 def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
     candidates = _auto_candidates(problem)
     masks = (", segment ids" if problem.segments else "") + (
-        f", window {problem.window}" if problem.window is not None else "")
-    where = (f"attention(impl='auto') on {problem.platform}, {problem.dtype.name}, "
-             f"kv_seq {problem.kv_seq}, head_dim {problem.head_dim}{masks}")
+        f", window {problem.window}" if problem.window is not None else ""
+    )
+    where = (
+        f"attention(impl='auto') on {problem.platform}, {problem.dtype.name}, "
+        f"kv_seq {problem.kv_seq}, head_dim {problem.head_dim}{masks}"
+    )
     for name, fallback in zip(candidates, candidates[1:]):
         reason = _IMPLS[name].why_not(problem)
         if reason is None:
@@ -166,26 +171,39 @@ def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
     return run(candidates[-1])
 
 
-def _check_args(q: jax.Array, k: jax.Array, v: jax.Array, kv_lengths: jax.Array | None,
-                segment_ids: jax.Array | None, window: int | None) -> None:
+def _check_args(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    kv_lengths: jax.Array | None,
+    segment_ids: jax.Array | None,
+    window: int | None,
+) -> None:
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4:
-        raise ValueError(f"attention wants q, k, v shaped [batch, seq, heads, head_dim] with k and v alike; "
-                         f"got q {q.shape}, k {k.shape}, v {v.shape}")
+        raise ValueError(
+            f"attention wants q, k, v shaped [batch, seq, heads, head_dim] with k and v alike; "
+            f"got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
     if (q.shape[0], q.shape[2], q.shape[3]) != (k.shape[0], k.shape[2], k.shape[3]):
         raise ValueError(f"q {q.shape} and k {k.shape} differ in batch, heads or head_dim")
     if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
-    if kv_lengths is not None and (kv_lengths.shape != (q.shape[0],)
-                                   or not jnp.issubdtype(kv_lengths.dtype, jnp.integer)):
-        raise ValueError(f"kv_lengths must be integers shaped [batch] = ({q.shape[0]},); "
-                         f"got {kv_lengths.dtype}{kv_lengths.shape}")
+    if kv_lengths is not None and (
+        kv_lengths.shape != (q.shape[0],) or not jnp.issubdtype(kv_lengths.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"kv_lengths must be integers shaped [batch] = ({q.shape[0]},); got {kv_lengths.dtype}{kv_lengths.shape}"
+        )
     if segment_ids is not None:
         if q.shape[1] != k.shape[1]:
-            raise ValueError(f"segment_ids need self-attention (q_seq == kv_seq); got q_seq {q.shape[1]}, "
-                             f"kv_seq {k.shape[1]}")
+            raise ValueError(
+                f"segment_ids need self-attention (q_seq == kv_seq); got q_seq {q.shape[1]}, kv_seq {k.shape[1]}"
+            )
         if segment_ids.shape != q.shape[:2] or not jnp.issubdtype(segment_ids.dtype, jnp.integer):
-            raise ValueError(f"segment_ids must be integers shaped [batch, seq] = {q.shape[:2]}; "
-                             f"got {segment_ids.dtype}{segment_ids.shape}")
+            raise ValueError(
+                f"segment_ids must be integers shaped [batch, seq] = {q.shape[:2]}; "
+                f"got {segment_ids.dtype}{segment_ids.shape}"
+            )
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0):
         raise ValueError(f"window must be a Python int >= 0 or None; got {window!r}")
 
@@ -230,8 +248,9 @@ def attention(
     window = None if window is None or window >= max(q.shape[1], kv_seq) else int(window)
     scale = float(head_dim**-0.5 if scale is None else scale)
     varying = bool(jax.typeof(q).manual_axis_type.varying)
-    problem = Problem(_platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window,
-                      varying)
+    problem = Problem(
+        _platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window, varying
+    )
 
     def run(name: str) -> jax.Array:
         return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window)
@@ -243,6 +262,7 @@ def attention(
     reason = _IMPLS[impl].why_not(problem)
     if reason is not None:
         runnable = [name for name, candidate in _IMPLS.items() if candidate.why_not(problem) is None]
-        raise ValueError(f"attention impl {impl!r} cannot run here: {reason}. "
-                         f"Can run here: {', '.join(runnable)} (or 'auto').")
+        raise ValueError(
+            f"attention impl {impl!r} cannot run here: {reason}. Can run here: {', '.join(runnable)} (or 'auto')."
+        )
     return run(impl)

@@ -58,8 +58,9 @@ def tpu_flash_attention(
     q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (q, k, v))
     q_ids, kv_ids = canonical_segment_ids(kv_lengths, segment_ids, q_bnth.shape[2], k_bnsh.shape[2])
     # Its default tiles are 128, which is why sequences are padded to 128.
-    out = tpu_flash_lib.flash_attention(q_bnth, k_bnsh, v_bnsh, segment_ids=tpu_flash_lib.SegmentIds(q_ids, kv_ids),
-                                        sm_scale=scale)
+    out = tpu_flash_lib.flash_attention(
+        q_bnth, k_bnsh, v_bnsh, segment_ids=tpu_flash_lib.SegmentIds(q_ids, kv_ids), sm_scale=scale
+    )
     return _zero_where_no_key(out.transpose(0, 2, 1, 3)[:, :q_seq], kv_lengths, segment_ids, window)
 
 
@@ -72,8 +73,9 @@ def _splash_kernel(heads: int, q_seq: int, kv_seq: int, window: int | None):
     blocks = splash_lib.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv)
     # Concrete arrays even when first called under jit: the cache outlives the trace.
     with jax.ensure_compile_time_eval():
-        return splash_lib.make_splash_mha_single_device(splash_lib.MultiHeadMask([head_mask] * heads),
-                                                        block_sizes=blocks)
+        return splash_lib.make_splash_mha_single_device(
+            splash_lib.MultiHeadMask([head_mask] * heads), block_sizes=blocks
+        )
 
 
 def tpu_splash_attention(

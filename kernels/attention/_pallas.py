@@ -105,8 +105,9 @@ def pallas_attention(
     k_bnsh = pad_seq(k, block_k).transpose(0, 2, 1, 3)
     v_bnsh = pad_seq(v, block_k).transpose(0, 2, 1, 3)
     q_blocks, kv_seq = q_bnth.shape[2] // block_q, k_bnsh.shape[2]
-    ranges = key_block_ranges(kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q,
-                              kv_seq=kv_seq, block_k=block_k)
+    ranges = key_block_ranges(
+        kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q, kv_seq=kv_seq, block_k=block_k
+    )
     lengths = jnp.broadcast_to(kv_lengths.astype(jnp.int32)[:, None, None], (batch, q_blocks, 1))
     # Per (row, query tile): first and end key tile, kv_length.
     scalars = jnp.concatenate([ranges, lengths], axis=-1)  # [B, T / block_q, 3]
@@ -119,8 +120,10 @@ def pallas_attention(
     in_specs = [pl.BlockSpec(**smem), q_tile, kv_whole, kv_whole]
     operands = [scalars, q_bnth, k_bnsh, v_bnsh]
     if segment_ids is not None:
-        in_specs += [pl.BlockSpec((None, block_q, 1), lambda b, n, i: (b, i, 0)),
-                     pl.BlockSpec((None, 1, kv_seq), lambda b, n, i: (b, 0, 0))]
+        in_specs += [
+            pl.BlockSpec((None, block_q, 1), lambda b, n, i: (b, i, 0)),
+            pl.BlockSpec((None, 1, kv_seq), lambda b, n, i: (b, 0, 0)),
+        ]
         operands += [pad_seq(segment_ids, block_q)[:, :, None], pad_seq(segment_ids, block_k)[:, None, :]]
     out = pl.pallas_call(
         functools.partial(_flash_kernel, scale=scale, block_k=block_k, window=window),

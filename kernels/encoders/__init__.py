@@ -14,8 +14,9 @@ config.json's `model_type`, or, without one, from `architectures`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -39,11 +40,25 @@ from kernels.encoders._pooling import POOLING_MODES, normalize, pool
 
 FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, xlm_roberta, modernbert, nomic_bert, gte)}
 # config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
-MODEL_TYPES = {"bert": "bert", "xlm-roberta": "xlm-roberta", "roberta": "xlm-roberta", "modernbert": "modernbert",
-               "nomic_bert": "nomic_bert", "gte": "gte", "new": "gte"}
+MODEL_TYPES = {
+    "bert": "bert",
+    "xlm-roberta": "xlm-roberta",
+    "roberta": "xlm-roberta",
+    "modernbert": "modernbert",
+    "nomic_bert": "nomic_bert",
+    "gte": "gte",
+    "new": "gte",
+}
 # An `architectures` entry's model name (before "Model" / "For...") -> family, for configs without model_type.
-ARCHITECTURES = {"Bert": "bert", "XLMRoberta": "xlm-roberta", "Roberta": "xlm-roberta", "ModernBert": "modernbert",
-                 "NomicBert": "nomic_bert", "Gte": "gte", "New": "gte"}
+ARCHITECTURES = {
+    "Bert": "bert",
+    "XLMRoberta": "xlm-roberta",
+    "Roberta": "xlm-roberta",
+    "ModernBert": "modernbert",
+    "NomicBert": "nomic_bert",
+    "Gte": "gte",
+    "New": "gte",
+}
 
 
 def _family(config: Mapping[str, Any]) -> ModuleType:
@@ -56,8 +71,10 @@ def _family(config: Mapping[str, Any]) -> ModuleType:
             name = architecture.split("For")[0].removesuffix("Model")
             if name in ARCHITECTURES:
                 return FAMILIES[ARCHITECTURES[name]]
-    raise UnsupportedModel(f"model_type {model_type!r} (architectures {architectures}) is not supported; "
-                           f"supported model_types: {', '.join(MODEL_TYPES)}")
+    raise UnsupportedModel(
+        f"model_type {model_type!r} (architectures {architectures}) is not supported; "
+        f"supported model_types: {', '.join(MODEL_TYPES)}"
+    )
 
 
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
@@ -73,7 +90,25 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
 
 
 __all__ = [
-    "ARCHITECTURES", "FAMILIES", "MODEL_TYPES", "POOLING_MODES", "CheckpointMismatch", "LayerKind", "ModelConfig",
-    "Params", "Rope", "UnsupportedModel", "WindowTooLong", "cast_params", "check_window", "config_from_hf",
-    "forward", "init_params", "logical", "normalize", "param_axes", "params_from_hf", "pool",
+    "ARCHITECTURES",
+    "FAMILIES",
+    "MODEL_TYPES",
+    "POOLING_MODES",
+    "CheckpointMismatch",
+    "LayerKind",
+    "ModelConfig",
+    "Params",
+    "Rope",
+    "UnsupportedModel",
+    "WindowTooLong",
+    "cast_params",
+    "check_window",
+    "config_from_hf",
+    "forward",
+    "init_params",
+    "logical",
+    "normalize",
+    "param_axes",
+    "params_from_hf",
+    "pool",
 ]

@@ -146,16 +146,20 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
-            raise UnsupportedModel(f"{self.family}: unsupported activation (hidden_act) {self.activation!r}; "
-                                   f"known: {', '.join(sorted(ACTIVATIONS))}")
+            raise UnsupportedModel(
+                f"{self.family}: unsupported activation (hidden_act) {self.activation!r}; "
+                f"known: {', '.join(sorted(ACTIVATIONS))}"
+            )
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
         if len(self.layer_kinds) != self.num_layers:
             raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
         for kind in self.layer_kinds:
             if kind.window is not None and kind.window >= self.max_tokens:
-                raise UnsupportedModel(f"{self.family}: sliding window {kind.window} is not shorter "
-                                       f"than the model's {self.max_tokens} positions")
+                raise UnsupportedModel(
+                    f"{self.family}: sliding window {kind.window} is not shorter "
+                    f"than the model's {self.max_tokens} positions"
+                )
 
     @property
     def kinds(self) -> tuple[LayerKind, ...]:
@@ -169,17 +173,22 @@ def bert_dims(config: dict, family: str) -> dict[str, int]:
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     if not config.get("head_dim") and hidden % heads:
         raise UnsupportedModel(f"{family}: hidden_size {hidden} is not divisible by {heads} heads")
-    return {"vocab_size": int(config["vocab_size"]), "hidden_size": hidden,
-            "num_layers": int(config["num_hidden_layers"]), "num_heads": heads,
-            "head_dim": int(config.get("head_dim") or hidden // heads),
-            "intermediate_size": int(config["intermediate_size"])}
+    return {
+        "vocab_size": int(config["vocab_size"]),
+        "hidden_size": hidden,
+        "num_layers": int(config["num_hidden_layers"]),
+        "num_heads": heads,
+        "head_dim": int(config.get("head_dim") or hidden // heads),
+        "intermediate_size": int(config["intermediate_size"]),
+    }
 
 
 def check_window(cfg: ModelConfig, n_tokens: int) -> None:
     """Raises WindowTooLong if sequences of `n_tokens` tokens exceed the model's positions."""
     if n_tokens > cfg.max_tokens:
-        raise WindowTooLong(f"a window of {n_tokens} tokens is longer than this {cfg.family} model's "
-                            f"{cfg.max_tokens} positions")
+        raise WindowTooLong(
+            f"a window of {n_tokens} tokens is longer than this {cfg.family} model's {cfg.max_tokens} positions"
+        )
 
 
 def logical(letters: str) -> P:
@@ -332,8 +341,9 @@ def forward(
     def pre_norm(x_BTD, layer, index):
         normed_BTD = layer_norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
         attn_in_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
-        x_BTD = x_BTD + self_attention(attn_in_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]),
-                                       rules)
+        x_BTD = x_BTD + self_attention(
+            attn_in_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules
+        )
         mlp_in_BTD = layer_norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
         return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules)
 
@@ -374,8 +384,13 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
     layers = {f"{x}_LDNH": normal(L, D, N, H) for x in "qkv"}
     for x in "qkv":
         layers |= bias("qkv", f"{x}_bias_LNH", L, N, H)
-    layers |= {"out_LNHD": normal(L, N, H, D), **bias("out", "out_bias_LD", L, D), **norm("ln1", "LD", L),
-               "up_LDF": normal(L, D, F), **bias("mlp_in", "up_bias_LF", L, F)}
+    layers |= {
+        "out_LNHD": normal(L, N, H, D),
+        **bias("out", "out_bias_LD", L, D),
+        **norm("ln1", "LD", L),
+        "up_LDF": normal(L, D, F),
+        **bias("mlp_in", "up_bias_LF", L, F),
+    }
     if cfg.gated_mlp:
         layers |= {"gate_LDF": normal(L, D, F), **bias("mlp_in", "gate_bias_LF", L, F)}
     layers |= {"down_LFD": normal(L, F, D), **bias("mlp_out", "down_bias_LD", L, D), **norm("ln2", "LD", L)}

@@ -11,7 +11,7 @@ refused rather than run without it.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -30,9 +30,11 @@ class Checkpoint:
                 prefix = hits[0][: -len(anchor)]
                 break
         else:
-            raise CheckpointMismatch(f"the weights have no tensor {' or '.join(map(repr, anchors))} "
-                                     f"(with or without a model prefix): not a {cfg.family} checkpoint")
-        self._tensors = {name[len(prefix):]: value for name, value in tensors.items() if name.startswith(prefix)}
+            raise CheckpointMismatch(
+                f"the weights have no tensor {' or '.join(map(repr, anchors))} "
+                f"(with or without a model prefix): not a {cfg.family} checkpoint"
+            )
+        self._tensors = {name[len(prefix) :]: value for name, value in tensors.items() if name.startswith(prefix)}
 
     def has(self, name: str) -> bool:
         return name in self._tensors
@@ -43,14 +45,17 @@ class Checkpoint:
             raise CheckpointMismatch(f"the weights lack tensor {name!r}, which a {self._describe()} has")
         value = np.asarray(self._tensors[name], np.float32)
         if len(value.shape) != len(shape) or any(want not in (None, got) for want, got in zip(shape, value.shape)):
-            raise CheckpointMismatch(f"tensor {name!r} has shape {value.shape}, but config.json "
-                                     f"({self._describe()}) implies {tuple(shape)}")
+            raise CheckpointMismatch(
+                f"tensor {name!r} has shape {value.shape}, but config.json ({self._describe()}) implies {tuple(shape)}"
+            )
         return value
 
     def _describe(self) -> str:
         c = self.cfg
-        return (f"{c.family} model with hidden_size {c.hidden_size}, {c.num_layers} layers, {c.num_heads} heads "
-                f"of {c.head_dim}, intermediate_size {c.intermediate_size}, vocab {c.vocab_size}")
+        return (
+            f"{c.family} model with hidden_size {c.hidden_size}, {c.num_layers} layers, {c.num_heads} heads "
+            f"of {c.head_dim}, intermediate_size {c.intermediate_size}, vocab {c.vocab_size}"
+        )
 
     def _linear(self, name: str, n_in: int, n_out: int, bias_group: str) -> tuple[np.ndarray, np.ndarray | None]:
         """Weight [out, in] -> [in, out], and its bias [out] where the config has one."""
@@ -85,11 +90,15 @@ class Checkpoint:
         c = self.cfg
         width = c.num_heads * c.head_dim
         w, b = self._linear(name, c.hidden_size, 3 * width, "qkv")
-        out = {f"{x}_LDNH": w[:, i * width:(i + 1) * width].reshape(c.hidden_size, c.num_heads, c.head_dim)
-               for i, x in enumerate("qkv")}
+        out = {
+            f"{x}_LDNH": w[:, i * width : (i + 1) * width].reshape(c.hidden_size, c.num_heads, c.head_dim)
+            for i, x in enumerate("qkv")
+        }
         if b is not None:
-            out |= {f"{x}_bias_LNH": b[i * width:(i + 1) * width].reshape(c.num_heads, c.head_dim)
-                    for i, x in enumerate("qkv")}
+            out |= {
+                f"{x}_bias_LNH": b[i * width : (i + 1) * width].reshape(c.num_heads, c.head_dim)
+                for i, x in enumerate("qkv")
+            }
         return out
 
     def attention_out(self, name: str) -> dict[str, np.ndarray]:

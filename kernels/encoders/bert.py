@@ -6,7 +6,8 @@ Checkpoints as `BertModel` saves them, with or without the `bert.` prefix of
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -20,8 +21,9 @@ ANCHOR = "embeddings.word_embeddings.weight"
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     position_type = config.get("position_embedding_type", "absolute")
     if position_type != "absolute":
-        raise UnsupportedModel(f"{FAMILY}: unsupported position_embedding_type {position_type!r}; "
-                               f"only 'absolute' is implemented")
+        raise UnsupportedModel(
+            f"{FAMILY}: unsupported position_embedding_type {position_type!r}; only 'absolute' is implemented"
+        )
     dims = bert_dims(config, FAMILY)
     return ModelConfig(
         family=FAMILY,
@@ -52,7 +54,11 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
         }
 
     return {
-        "embed": ck.embeddings("embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.LayerNorm",
-                               position="embeddings.position_embeddings"),
+        "embed": ck.embeddings(
+            "embeddings.word_embeddings",
+            "embeddings.token_type_embeddings",
+            "embeddings.LayerNorm",
+            position="embeddings.position_embeddings",
+        ),
         "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
     }

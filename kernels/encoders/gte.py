@@ -13,7 +13,8 @@ gate), `mlp.down_proj`, `mlp_ln`; or in transformers' `GteModel` layout,
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -67,8 +68,11 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
         if hub:
             p = f"encoder.layer.{i}."
             packed = ck.has(p + "attention.qkv_proj.weight")
-            qkv = (ck.fused_qkv(p + "attention.qkv_proj") if packed else
-                   ck.attention_in(p + "attention.q_proj", p + "attention.k_proj", p + "attention.v_proj"))
+            qkv = (
+                ck.fused_qkv(p + "attention.qkv_proj")
+                if packed
+                else ck.attention_in(p + "attention.q_proj", p + "attention.k_proj", p + "attention.v_proj")
+            )
             return {
                 **qkv,
                 **ck.attention_out(p + "attention.o_proj"),
@@ -80,6 +84,8 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
         return ck.jina_layer(i)
 
     return {
-        "embed": ck.embeddings("embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.LayerNorm"),
+        "embed": ck.embeddings(
+            "embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.LayerNorm"
+        ),
         "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
     }

@@ -17,7 +17,8 @@ normed); its slot in the stacked norm holds ones that the forward pass skips.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +45,10 @@ def _rope_thetas(config: Mapping[str, Any]) -> dict[str, float]:
         raise UnsupportedModel(f"{FAMILY}: rope_scaling {config['rope_scaling']} is not implemented")
     by_type = config.get("rope_parameters")
     if by_type is None:
-        return {GLOBAL: float(config.get("global_rope_theta", 160_000.0)),
-                LOCAL: float(config.get("local_rope_theta", 10_000.0))}
+        return {
+            GLOBAL: float(config.get("global_rope_theta", 160_000.0)),
+            LOCAL: float(config.get("local_rope_theta", 10_000.0)),
+        }
     thetas = {}
     for layer_type, default in ((GLOBAL, 160_000.0), (LOCAL, 10_000.0)):
         params = by_type.get(layer_type) or {}
@@ -61,8 +64,13 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     thetas = _rope_thetas(config)
     window = int(config.get("local_attention", 128)) // 2
     kinds = {GLOBAL: LayerKind(None, Rope(thetas[GLOBAL])), LOCAL: LayerKind(window, Rope(thetas[LOCAL]))}
-    flags = {"qkv": "attention_bias", "out": "attention_bias", "mlp_in": "mlp_bias", "mlp_out": "mlp_bias",
-             "norm": "norm_bias"}
+    flags = {
+        "qkv": "attention_bias",
+        "out": "attention_bias",
+        "mlp_in": "mlp_bias",
+        "mlp_out": "mlp_bias",
+        "norm": "norm_bias",
+    }
     return ModelConfig(
         family=FAMILY,
         **dims,

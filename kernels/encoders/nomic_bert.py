@@ -13,7 +13,8 @@ Two layouts, for config.json and for tensor names, each read as it comes:
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -43,14 +44,22 @@ def _contrastors_config(config: Mapping[str, Any]) -> ModelConfig:
             raise UnsupportedModel(f"{FAMILY}: {key}={config[key]!r} is not implemented (only {value!r})")
     activation = config.get("activation_function", "swiglu")
     if activation not in _CONTRASTORS_ACTIVATIONS:
-        raise UnsupportedModel(f"{FAMILY}: activation_function {activation!r} is not implemented; "
-                               f"known: {', '.join(_CONTRASTORS_ACTIVATIONS)}")
+        raise UnsupportedModel(
+            f"{FAMILY}: activation_function {activation!r} is not implemented; "
+            f"known: {', '.join(_CONTRASTORS_ACTIVATIONS)}"
+        )
     # contrastors pads the vocabulary up to a multiple (64 for nomic-embed-text) and so does its table.
     multiple = int(config.get("pad_vocab_size_multiple", 1))
-    dims = bert_dims({"vocab_size": -(-int(config["vocab_size"]) // multiple) * multiple,
-                      "hidden_size": config["n_embd"], "num_attention_heads": config["n_head"],
-                      "num_hidden_layers": config["n_layer"],
-                      "intermediate_size": config.get("n_inner") or 4 * int(config["n_embd"])}, FAMILY)
+    dims = bert_dims(
+        {
+            "vocab_size": -(-int(config["vocab_size"]) // multiple) * multiple,
+            "hidden_size": config["n_embd"],
+            "num_attention_heads": config["n_head"],
+            "num_hidden_layers": config["n_layer"],
+            "intermediate_size": config.get("n_inner") or 4 * int(config["n_embd"]),
+        },
+        FAMILY,
+    )
     flags = {"qkv": "qkv_proj_bias", "out": "qkv_proj_bias", "mlp_in": "mlp_fc1_bias", "mlp_out": "mlp_fc2_bias"}
     return ModelConfig(
         family=FAMILY,

@@ -9,7 +9,8 @@ model with 8,194 position rows (bge-m3) covers 8,192 tokens.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kernels.encoders import bert
 from kernels.encoders._blocks import ModelConfig
@@ -20,8 +21,13 @@ FAMILY = "xlm-roberta"
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     offset = int(config.get("pad_token_id", 1)) + 1
     cfg = bert.config_from_hf(config)
-    return dataclasses.replace(cfg, family=FAMILY, position_offset=offset, max_tokens=cfg.max_tokens - offset,
-                               type_vocab_size=int(config.get("type_vocab_size", 1)))
+    return dataclasses.replace(
+        cfg,
+        family=FAMILY,
+        position_offset=offset,
+        max_tokens=cfg.max_tokens - offset,
+        type_vocab_size=int(config.get("type_vocab_size", 1)),
+    )
 
 
 params_from_hf = bert.params_from_hf

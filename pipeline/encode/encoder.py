@@ -201,8 +201,9 @@ def _head(out_BSD, normalize: bool, dim: int | None):
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
 
-def _embed(params, ids_BT, segments_BT, positions_BT, *, cfg, slots, pooling, normalize, attention_impl, rules,
-           dim=None):
+def _embed(
+    params, ids_BT, segments_BT, positions_BT, *, cfg, slots, pooling, normalize, attention_impl, rules, dim=None
+):
     """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D or dim]."""
     hidden_BTD = encoders.forward(
         params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl, rules=rules

@@ -60,9 +60,14 @@ class ModelSpec:
     @property
     def fingerprint(self) -> str:
         """Identifies the numbers this model produces: weights, tokenizer and head."""
-        parts = [self.weights_sha256, self.tokenizer_sha256, self.pooling, str(self.normalize), str(self.max_seq_length)]
+        parts = [
+            self.weights_sha256,
+            self.tokenizer_sha256,
+            self.pooling,
+            str(self.normalize),
+            str(self.max_seq_length),
+        ]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-
 
     def prompt_text(self, prompt: str | None) -> str:
         """`--prompt NAME|TEXT` -> the text put before every chunk.
@@ -76,8 +81,10 @@ class ModelSpec:
             prompt = self.default_prompt_name or ""
         text = prompts.get(prompt, prompt)
         if text and not self.include_prompt:
-            raise ConfigError(f"model {self.model_id} pools without the prompt's tokens (include_prompt false), "
-                              "which docembed does not implement: run it without --prompt")
+            raise ConfigError(
+                f"model {self.model_id} pools without the prompt's tokens (include_prompt false), "
+                "which docembed does not implement: run it without --prompt"
+            )
         return text
 
 
@@ -176,8 +183,11 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         raise ModelError(f"model directory {path} has no tokenizer.json")
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
-    weights_sha = _sha256(weights[0]) if len(weights) == 1 else hashlib.sha256(
-        "|".join(_sha256(f) for f in weights).encode()).hexdigest()
+    weights_sha = (
+        _sha256(weights[0])
+        if len(weights) == 1
+        else hashlib.sha256("|".join(_sha256(f) for f in weights).encode()).hexdigest()
+    )
     if is_default and weights_sha != DEFAULT_WEIGHTS_SHA256:
         raise ModelError(
             f"default model weights {weights[0]} have sha256 {weights_sha}, expected "

@@ -57,7 +57,9 @@ def _alive(nodes: list[dict]) -> list[dict]:
     return [n for n in nodes if n.get("Alive", True)]
 
 
-def place_encoders(requested: str, nodes: list[dict], *, cpu_actors: int | None, cpu_per_actor: float) -> EncoderPlacement:
+def place_encoders(
+    requested: str, nodes: list[dict], *, cpu_actors: int | None, cpu_per_actor: float
+) -> EncoderPlacement:
     """Encoder actors for the accelerator `requested` on a cluster of `nodes` (as `ray.nodes()` lists them),
     and how wide the CPU stages beside them may grow.
 

@@ -56,7 +56,9 @@ class ExtractConfig:
 
     def __post_init__(self):
         if self.pdf_extractor not in ("auto", *PDF_EXTRACTORS):
-            raise ConfigError(f"--pdf-extractor must be one of auto, {', '.join(PDF_EXTRACTORS)}, got {self.pdf_extractor!r}")
+            raise ConfigError(
+                f"--pdf-extractor must be one of auto, {', '.join(PDF_EXTRACTORS)}, got {self.pdf_extractor!r}"
+            )
         if self.timeout_s < 1 or self.memory_mib < 64:
             raise ConfigError(
                 "--extract-timeout must be at least 1 s and --extract-memory at least 64 MiB, "
@@ -88,7 +90,9 @@ class Sandbox:
             pass  # the child gave up or died while reading the document: its reply or its exit says why
         if not self._conn.poll(self.cfg.timeout_s):
             self.close()
-            raise DocumentError("ExtractTimeout", f"extraction took longer than the {self.cfg.timeout_s}s bound (--extract-timeout)")
+            raise DocumentError(
+                "ExtractTimeout", f"extraction took longer than the {self.cfg.timeout_s}s bound (--extract-timeout)"
+            )
         try:
             reply = self._conn.recv()
         except (EOFError, OSError):
@@ -116,8 +120,17 @@ class Sandbox:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         with child_end:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "pipeline.extract.sandbox", str(child_end.fileno()), self.extractor, str(self.cfg.memory_mib)],
-                pass_fds=(child_end.fileno(),), stdin=subprocess.DEVNULL, env=env,
+                [
+                    sys.executable,
+                    "-m",
+                    "pipeline.extract.sandbox",
+                    str(child_end.fileno()),
+                    self.extractor,
+                    str(self.cfg.memory_mib),
+                ],
+                pass_fds=(child_end.fileno(),),
+                stdin=subprocess.DEVNULL,
+                env=env,
             )
         self._conn = Connection(parent_end.detach())
         if not self._conn.poll(STARTUP_TIMEOUT_S):
@@ -179,7 +192,13 @@ def _serve(fd: int, extractor: str, memory_mib: int) -> None:
         except DocumentError as e:
             conn.send(("error", e.error_type, str(e)))
         except MemoryError:
-            conn.send(("error", "ExtractMemoryLimit", f"extraction needed more than the {memory_mib} MiB bound (--extract-memory)"))
+            conn.send(
+                (
+                    "error",
+                    "ExtractMemoryLimit",
+                    f"extraction needed more than the {memory_mib} MiB bound (--extract-memory)",
+                )
+            )
             return
 
 

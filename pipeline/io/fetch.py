@@ -40,7 +40,7 @@ def fetch_dir(uri: str, cache: Path | None = None) -> Path:
     files = list_files(fs, root)
     if not files:
         raise InputError(f"model directory {redact(uri)} does not exist or is empty")
-    listing = sorted((f.path[len(root):].lstrip("/"), f.size, f.mtime_ns) for f in files)
+    listing = sorted((f.path[len(root) :].lstrip("/"), f.size, f.mtime_ns) for f in files)
     target = cache / hashlib.sha256(uri.encode()).hexdigest()[:24]
     cache.mkdir(parents=True, exist_ok=True)
     with open(f"{target}.lock", "a") as lock:
@@ -55,7 +55,9 @@ def fetch_dir(uri: str, cache: Path | None = None) -> Path:
                     dest.parent.mkdir(parents=True, exist_ok=True)
                     _fetch_file(fs, f"{root}/{rel}", dest, uri, rel)
                     if dest.stat().st_size != size:
-                        raise StorageError(f"fetching {redact(uri)}/{rel}: got {dest.stat().st_size} bytes, expected {size}")
+                        raise StorageError(
+                            f"fetching {redact(uri)}/{rel}: got {dest.stat().st_size} bytes, expected {size}"
+                        )
                 (tmp / _FETCHED).write_text(json.dumps({"uri": redact(uri), "files": listing}))
                 if target.exists():
                     shutil.rmtree(target)

@@ -38,8 +38,16 @@ S3_MAX_ATTEMPTS = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 
 GCS_RETRY_SECONDS = 60  # per request, inside google-cloud-cpp
 
 _ENV_OF_SCHEME = {
-    "s3": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID",
-           "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"),
+    "s3": (
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ),
     "gs": ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"),
 }
 
@@ -193,6 +201,7 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) ->
             raise OSError(f"{written}: wrote {len(data)} bytes but storage holds {size}")
 
     if is_object_store(fs):
+
         def put():
             with fs.open_output_stream(path) as f:
                 f.write(data)
@@ -219,7 +228,6 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) ->
     retrying(f"cannot write {path}", stage_check_move)
 
 
-
 def read_bytes(uri: str) -> bytes:
     """The bytes of one input file, read on a worker; FileNotFoundError etc. for a vanished file."""
     fs, path = filesystem_for(uri)
@@ -243,5 +251,3 @@ def read_many(uris: list[str]) -> list[bytes | Exception]:
         return [read(u) for u in uris]
     with concurrent.futures.ThreadPoolExecutor(min(len(uris), 8)) as pool:
         return list(pool.map(read, uris))
-
-

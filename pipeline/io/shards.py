@@ -359,7 +359,9 @@ def _parquet_rows(
 
 def _is_storage(e: BaseException) -> bool:
     """pyarrow wraps an exception raised inside a Python file object; ours must still stop the job."""
-    return isinstance(e, StorageError) or isinstance(e.__cause__, StorageError) or isinstance(e.__context__, StorageError)
+    return (
+        isinstance(e, StorageError) or isinstance(e.__cause__, StorageError) or isinstance(e.__context__, StorageError)
+    )
 
 
 def _id_str(value) -> str | None:
@@ -386,6 +388,7 @@ class _RangeReader(io.RawIOBase):
 
     def _open(self):
         if self._file is None:
+
             def open_():
                 f = self._fs.open_input_file(self._path)
                 return f, f.size()

@@ -70,5 +70,5 @@ def uri_of(location: str, fs_path: str, base_path: str) -> str:
         return fs_path
     if scheme in OBJECT_STORE_SCHEMES:
         return f"{scheme}://{fs_path}"
-    rel = fs_path[len(base_path):].lstrip("/") if fs_path.startswith(base_path) else ""
+    rel = fs_path[len(base_path) :].lstrip("/") if fs_path.startswith(base_path) else ""
     return location.rstrip("/") + ("/" + rel if rel else "")

@@ -28,7 +28,9 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
 
 def mismatch(output: str, recorded: dict, manifest: dict) -> str:
     keys = ("model", "model_fingerprint", "max_tokens", "overlap", "prompt", "dtype", "dim", "pdf_extractor")
-    differs = [f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)]
+    differs = [
+        f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)
+    ]
     return (
         f"output {redact(output)} holds an unfinished run made with other settings "
         f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); "

@@ -1,11 +1,11 @@
 """Where everything lives under `--output`: every file name the job writes is decided here.
 
-    _docembed.json                            written first: the output's fingerprint
-    embeddings/part-<group>-<digest>.parquet  chunk rows of one group (one or more parts)
-    errors/part-<group>-<digest>.parquet      error rows of one group
-    _groups/<group>.json                      a group's done-marker, written after all of its parts
-    _staging/                                 files being written; never read
-    _SUCCESS                                  written last, once every group is done
+_docembed.json                            written first: the output's fingerprint
+embeddings/part-<group>-<digest>.parquet  chunk rows of one group (one or more parts)
+errors/part-<group>-<digest>.parquet      error rows of one group
+_groups/<group>.json                      a group's done-marker, written after all of its parts
+_staging/                                 files being written; never read
+_SUCCESS                                  written last, once every group is done
 """
 
 from __future__ import annotations

@@ -26,7 +26,9 @@ class ChunkingConfig:
 
     def validate(self, n_special: int, model_max: int) -> None:
         if not n_special < self.max_tokens <= model_max:
-            raise ConfigError(f"--max-tokens must be in ({n_special}, {model_max}] for this model, got {self.max_tokens}")
+            raise ConfigError(
+                f"--max-tokens must be in ({n_special}, {model_max}] for this model, got {self.max_tokens}"
+            )
         if not 0 <= self.overlap < self.max_tokens - n_special:
             raise ConfigError(
                 f"--overlap must be in [0, {self.max_tokens - n_special}) for --max-tokens {self.max_tokens}, "

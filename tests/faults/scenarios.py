@@ -246,7 +246,9 @@ class RemoveNode(Sidecar):
 
 def job(corpus: Path, work: Path, **options) -> JobConfig:
     """The job over `corpus`, with its output and a fresh compilation cache under `work`."""
-    return JobConfig(inputs=(str(corpus),), output=str(work / "out"), compile_cache=str(work / "compile-cache"), **options)
+    return JobConfig(
+        inputs=(str(corpus),), output=str(work / "out"), compile_cache=str(work / "compile-cache"), **options
+    )
 
 
 @dataclasses.dataclass

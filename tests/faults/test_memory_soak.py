@@ -3,8 +3,8 @@
 `--batch-size 1` and documents of one 256-token bucket make every batch a single
 row, so 2,000 documents are 2,000 batches: the smallest job that soaks the
 encoder this long (a batch costs 256 tokens, whatever its shape). While it runs,
-the encoder actor's resident memory and the compilation cache are sampled; after warm-up (the first quarter of its batches)
-memory grows under 5% and no program is compiled.
+the encoder actor's resident memory and the compilation cache are sampled; after
+warm-up (the first quarter of its batches) memory grows under 5% and no program is compiled.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_
     assert len(soaked) >= 10, sampler.samples
     growth = scenarios.rss_growth(soaked)
     rss = [s.rss / 2**20 for s in soaked]
-    print(f"soak: {success['encoder_batches']} batches in {run.seconds:.0f}s; encoder RSS after warm-up "
-          f"{rss[0]:.0f} -> {rss[-1]:.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}) over {len(rss)} samples, "
-          f"growth {growth:+.1%} (medians of first and last thirds)")
+    print(
+        f"soak: {success['encoder_batches']} batches in {run.seconds:.0f}s; encoder RSS after warm-up "
+        f"{rss[0]:.0f} -> {rss[-1]:.0f} MiB (min {min(rss):.0f}, max {max(rss):.0f}) over {len(rss)} samples, "
+        f"growth {growth:+.1%} (medians of first and last thirds)"
+    )
     assert growth < 0.05, [dataclasses.astuple(s) for s in soaked]
     assert len({s.cache_entries for s in soaked}) == 1, "a program was compiled after warm-up"

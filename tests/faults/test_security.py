@@ -70,7 +70,14 @@ def test_hostile_ids_and_names_stay_data_and_write_nothing_outside_the_output(ra
     after = snapshot(tmp_path, out)
     written = {p: s for p, s in after.items() if p not in before and not p.startswith(str(tmp_path / "cache"))}
     assert written == {} and not Path("/abs/path").exists()
-    assert {p.name for p in out.iterdir()} <= {"embeddings", "errors", "_groups", "_staging", "_docembed.json", "_SUCCESS"}
+    assert {p.name for p in out.iterdir()} <= {
+        "embeddings",
+        "errors",
+        "_groups",
+        "_staging",
+        "_docembed.json",
+        "_SUCCESS",
+    }
     expected = {str(corpus / "names" / n) for n in HOSTILE_NAMES} | {f"{corpus / 'ids.jsonl'}#{r['id']}" for r in rows}
     assert scenarios.expected_inputs(corpus) == expected
     scenarios.check_exactly_once(str(out), expected, report)  # every doc_id back verbatim, nothing foreign

@@ -41,8 +41,13 @@ def test_the_encoder_rate_is_measured_on_this_machine():
 
 
 def test_command_line(tmp_path):
-    ok = subprocess.run(CAPACITY + ["--input", str(SAMPLES), "--encoder-tokens-per-s", "1000000"],
-                        capture_output=True, text=True, timeout=300, cwd=REPO)
+    ok = subprocess.run(
+        CAPACITY + ["--input", str(SAMPLES), "--encoder-tokens-per-s", "1000000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
     assert ok.returncode == 0, ok.stderr
     assert re.search(r"encoder: 1,000,000 tokens/s per chip \(given", ok.stdout)
     assert re.search(r"with 1.25x headroom: \d+\n", ok.stdout)

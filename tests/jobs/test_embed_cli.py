@@ -33,8 +33,9 @@ def not_docembeds(lines: list[str]) -> list[str]:
     (e.g. its notice that token authentication is on, or its core worker's line about Ray Data's own actor
     arguments, ray-project/ray#53727: see docs/run-report.md)."""
     ray_warnings = ("\tWARNING ", "\tERROR ", "issues/53727")
-    return [line for line in lines
-            if not line.startswith(("docembed:", "  ")) and not any(w in line for w in ray_warnings)]
+    return [
+        line for line in lines if not line.startswith(("docembed:", "  ")) and not any(w in line for w in ray_warnings)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -44,8 +45,10 @@ def not_docembeds(lines: list[str]) -> list[str]:
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--model", "{tmp}"], "has no model.safetensors"),
         (["--input", str(SAMPLES), "--output", "{blocker}/out"], "is not writable"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--overlap", "300"], "--overlap must be in"),
-        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--max-tokens", "1000"],
-         "--max-tokens 1000: a window of 1000 tokens is longer than this bert model's 512 positions"),
+        (
+            ["--input", str(SAMPLES), "--output", "{tmp}/out", "--max-tokens", "1000"],
+            "--max-tokens 1000: a window of 1000 tokens is longer than this bert model's 512 positions",
+        ),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--batch-size", "0"], "batch size must be at least 1"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--attention", "magic"], "unknown attention"),
         (["--input", "{tmp}", "--output", "{tmp}/out"], "no documents"),
@@ -81,8 +84,6 @@ def test_missing_required_argument_is_argparse_usage():
     assert "--output" in result.stderr and "Traceback" not in result.stderr
 
 
-
-
 def test_demo_corpus_end_to_end_prints_docembeds_lines_only(tmp_path):
     started = time.time()
     result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--overlap", "16", timeout=600)
@@ -97,18 +98,34 @@ def test_demo_corpus_end_to_end_prints_docembeds_lines_only(tmp_path):
     assert len(progress) <= wall / 10 + 1 and len(lines) <= len(progress) + 5 + 2, lines
     again = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--quiet")
     assert again.returncode == 0 and "nothing to do" in again.stdout
-    search = subprocess.run([sys.executable, str(REPO / "jobs" / "search.py"), "--output", str(tmp_path / "out"),
-                             "--query", "photosynthesis", "--top", "2"], capture_output=True, text=True, timeout=300)
+    search = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "jobs" / "search.py"),
+            "--output",
+            str(tmp_path / "out"),
+            "--query",
+            "photosynthesis",
+            "--top",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert search.returncode == 0, search.stderr[-2000:]
     assert search.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in search.stdout
-
 
 
 def test_a_terminal_gets_one_live_progress_line(tmp_path):
     """On a pty: docembed's line redrawn in place (Ray's bars off), then the summary."""
     controller, terminal = pty.openpty()
-    with subprocess.Popen(EMBED + ["--input", str(SAMPLES / "text"), "--output", str(tmp_path / "out")],
-                          stdout=terminal, stderr=subprocess.PIPE, cwd=REPO) as job:
+    with subprocess.Popen(
+        EMBED + ["--input", str(SAMPLES / "text"), "--output", str(tmp_path / "out")],
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    ) as job:
         os.close(terminal)
         shown = b""
         while chunk := _read(controller):
@@ -135,6 +152,7 @@ def _config_change(change):
     def breakage(path):
         config = json.loads((path / "config.json").read_text())
         (path / "config.json").write_text(json.dumps(config | change))
+
     return breakage
 
 
@@ -143,20 +161,37 @@ def _drop_tensor(name):
         tensors = load_file(path / "model.safetensors")
         del tensors[name]
         save_file(tensors, str(path / "model.safetensors"))
+
     return breakage
 
 
 @pytest.mark.parametrize(
     "fixture, breakage, extra, message",
     [
-        ("gte-new-ntk", _config_change({"model_type": "t5"}), [],
-         "model_type 't5' (architectures ['NewModel']) is not supported; supported model_types: bert,"),
-        ("gte-new-ntk", _drop_tensor("new.encoder.layer.1.mlp.up_gate_proj.weight"), [],
-         "the weights lack tensor 'encoder.layer.1.mlp.up_gate_proj.weight', which a gte model"),
-        ("modernbert-layer-types", _config_change({"intermediate_size": 32}), [],
-         "tensor 'layers.0.mlp.Wi.weight' has shape (128, 48), but config.json"),
-        ("xlm-roberta-sharded", None, ["--max-tokens", "2048"],
-         "--max-tokens 2048: a window of 2048 tokens is longer than this xlm-roberta model's 128 positions"),
+        (
+            "gte-new-ntk",
+            _config_change({"model_type": "t5"}),
+            [],
+            "model_type 't5' (architectures ['NewModel']) is not supported; supported model_types: bert,",
+        ),
+        (
+            "gte-new-ntk",
+            _drop_tensor("new.encoder.layer.1.mlp.up_gate_proj.weight"),
+            [],
+            "the weights lack tensor 'encoder.layer.1.mlp.up_gate_proj.weight', which a gte model",
+        ),
+        (
+            "modernbert-layer-types",
+            _config_change({"intermediate_size": 32}),
+            [],
+            "tensor 'layers.0.mlp.Wi.weight' has shape (128, 48), but config.json",
+        ),
+        (
+            "xlm-roberta-sharded",
+            None,
+            ["--max-tokens", "2048"],
+            "--max-tokens 2048: a window of 2048 tokens is longer than this xlm-roberta model's 128 positions",
+        ),
     ],
 )
 def test_bad_models_are_one_line(tmp_path, fixture, breakage, extra, message):

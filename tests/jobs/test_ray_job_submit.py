@@ -251,7 +251,10 @@ def test_ray_job_submit_working_dir(cluster, tmp_path):
     # `ray job status --address` reads the same job from the CLI.
     status = subprocess.run(
         [RAY, "job", "status", "--address", cluster.address, submission_id],
-        env=cluster.env(RAY_AUTH_MODE="token"), capture_output=True, text=True, timeout=60,
+        env=cluster.env(RAY_AUTH_MODE="token"),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert status.returncode == 0 and f"Job '{submission_id}' succeeded" in status.stdout, status.stdout + status.stderr
 

@@ -51,8 +51,10 @@ def test_a_signal_mid_run_stops_everything_with_one_line_and_the_command_resumes
         assert driver.wait(timeout=120) == 128 + signum
     printed = log.read_text()
     stopped = [line for line in printed.splitlines() if signal.Signals(signum).name in line]
-    assert stopped == [f"docembed: stopped by {signal.Signals(signum).name}; finished groups are kept: "
-                       "rerun the same command to resume"], printed
+    assert stopped == [
+        f"docembed: stopped by {signal.Signals(signum).name}; finished groups are kept: "
+        "rerun the same command to resume"
+    ], printed
     assert "Traceback" not in printed and "PC: @" not in printed, printed
 
     _, alive = psutil.wait_procs(family, timeout=30)

@@ -148,7 +148,9 @@ def test_without_kv_lengths_attends_to_everything(seeded_rng):
     full = (64,) * 4
     q, k, v, full = make_inputs(seeded_rng, 4, 64, 64, 2, 32, jnp.float32, lengths=full)
     for impl in available_impls():
-        check(jax.jit(lambda *a: attention(*a, impl=impl))(q, k, v), q, k, v, full, 32**-0.5, jnp.float32, impl)
+        check(
+            jax.jit(lambda *a, impl=impl: attention(*a, impl=impl))(q, k, v), q, k, v, full, 32**-0.5, jnp.float32, impl
+        )
 
 
 def packed_segment_ids(rng, seq: int) -> np.ndarray:
@@ -184,8 +186,12 @@ MASKS = [
 
 @pytest.mark.parametrize(
     "impl, emulated, dtype, window",
-    [pytest.param(*case.values, dtype, window, id=f"{name}-{case.id}")
-     for dtype, window, name, emulate_too in MASKS for case in _cases() if emulate_too or not case.values[1]],
+    [
+        pytest.param(*case.values, dtype, window, id=f"{name}-{case.id}")
+        for dtype, window, name, emulate_too in MASKS
+        for case in _cases()
+        if emulate_too or not case.values[1]
+    ],
 )
 def test_segments_and_window_match_float64(seeded_rng, impl, emulated, dtype, window):
     """200 tokens: not a whole number of blocks for any kernel."""
@@ -213,8 +219,9 @@ def test_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated, windo
     out = run_or_skip(impl, emulated, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), window=window)
     for start, end in zip(starts, starts[1:]):
         alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, window=window)
-        np.testing.assert_allclose(np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})",
-                                   **TOLERANCES[jnp.float32])
+        np.testing.assert_allclose(
+            np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
+        )
 
 
 @pytest.mark.parametrize("impl, emulated", _cases())

@@ -122,8 +122,11 @@ def test_auto_with_segments_and_window(fresh_log):
     with tpu_interpret_mode():
         trace(seq=1024, segments=True, window=64)
         assert fresh_log.records[-1].getMessage().endswith("using 'tpu_splash'")
-        with pytest.raises(ValueError, match="'tpu_flash' cannot run here: JAX's TPU flash_attention has no sliding "
-                                             "window.*Can run here: reference, blockwise, pallas, tpu_splash"):
+        with pytest.raises(
+            ValueError,
+            match="'tpu_flash' cannot run here: JAX's TPU flash_attention has no sliding "
+            "window.*Can run here: reference, blockwise, pallas, tpu_splash",
+        ):
             trace("tpu_flash", seq=1024, window=64)
     assert all(r.levelno == logging.INFO for r in fresh_log.records)
 
@@ -239,9 +242,29 @@ SHARD_MAP_SCRIPT = textwrap.dedent(
 def test_inside_shard_map_with_heads_split():
     """Two CPU devices need a fresh process: the device count is fixed at startup."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-c", SHARD_MAP_SCRIPT], env=env, cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", SHARD_MAP_SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert result.stdout.split() == ["ok", "auto", "ok", "reference", "ok", "blockwise", "ok", "pallas",
-                                     "ok", "pallas", "ok", "tpu_splash", "ok", "blockwise", "ok", "tpu_splash",
-                                     "refused", "pallas", "refused", "tpu_splash"]
+    assert result.stdout.split() == [
+        "ok",
+        "auto",
+        "ok",
+        "reference",
+        "ok",
+        "blockwise",
+        "ok",
+        "pallas",
+        "ok",
+        "pallas",
+        "ok",
+        "tpu_splash",
+        "ok",
+        "blockwise",
+        "ok",
+        "tpu_splash",
+        "refused",
+        "pallas",
+        "refused",
+        "tpu_splash",
+    ]

@@ -29,8 +29,18 @@ BAD_MESHES = ["model=8", "data=1,model=5", "model=3", "data=16"]
 DEFAULT_MESHES = ["", "model=2"]  # axes left out, filled in from the 8 devices
 BATCH_SIZE = 4  # small batches: 8 CPU devices share this machine's few cores
 
-SPLIT_OVER_HEADS_OR_MLP = {"q_LDNH", "k_LDNH", "v_LDNH", "q_bias_LNH", "k_bias_LNH", "v_bias_LNH",
-                           "out_LNHD", "up_LDF", "up_bias_LF", "down_LFD"}
+SPLIT_OVER_HEADS_OR_MLP = {
+    "q_LDNH",
+    "k_LDNH",
+    "v_LDNH",
+    "q_bias_LNH",
+    "k_bias_LNH",
+    "v_bias_LNH",
+    "out_LNHD",
+    "up_LDF",
+    "up_bias_LF",
+    "down_LFD",
+}
 
 
 def real_texts() -> list[str]:
@@ -63,8 +73,17 @@ def measure_on_8_devices() -> dict:
     params = encoders.cast_params(model_dir.load_params(spec), jnp.float32)
     # The encoder's own per-device function, called on whole arrays (rules None: no mesh).
     batching = BatchingConfig(spec.max_seq_length, BATCH_SIZE)
-    unsharded = jax.jit(functools.partial(_embed, cfg=spec.arch, slots=batching.slots, pooling=spec.pooling,
-                                          normalize=spec.normalize, attention_impl="auto", rules=None))
+    unsharded = jax.jit(
+        functools.partial(
+            _embed,
+            cfg=spec.arch,
+            slots=batching.slots,
+            pooling=spec.pooling,
+            normalize=spec.normalize,
+            attention_impl="auto",
+            rules=None,
+        )
+    )
     expected = np.empty((len(texts), spec.dim), np.float32)
     for batch in make_batches(ids, batching):
         emb_BSD = np.asarray(unsharded(params, batch.ids_BT, batch.segments_BT, batch.positions_BT))
@@ -101,8 +120,10 @@ def measure_on_8_devices() -> dict:
             errors[text] = None
         except ConfigError as e:
             errors[text] = str(e)
-    defaults = {text: dict(Encoder(spec, EncoderConfig(mesh=parse_mesh(text) if text else ())).mesh.shape)
-                for text in DEFAULT_MESHES}
+    defaults = {
+        text: dict(Encoder(spec, EncoderConfig(mesh=parse_mesh(text) if text else ())).mesh.shape)
+        for text in DEFAULT_MESHES
+    }
     return {"meshes": meshes, "errors": errors, "defaults": defaults}
 
 
@@ -147,9 +168,14 @@ def test_axes_left_out_fill_the_local_devices(measured):
 def test_parse_mesh():
     assert parse_mesh("data=4,model=2") == (("data", 4), ("model", 2))
     assert parse_mesh(" model = 2 ") == (("model", 2),)
-    for text, message in [("data", "data=N,model=M"), ("data=x", "data=N,model=M"), ("data=-1", "data=N,model=M"),
-                          ("batch=2", "'batch' is not one of data, model"), ("data=0", "at least 1"),
-                          ("data=2,data=2", "names an axis twice")]:
+    for text, message in [
+        ("data", "data=N,model=M"),
+        ("data=x", "data=N,model=M"),
+        ("data=-1", "data=N,model=M"),
+        ("batch=2", "'batch' is not one of data, model"),
+        ("data=0", "at least 1"),
+        ("data=2,data=2", "names an axis twice"),
+    ]:
         with pytest.raises(ConfigError, match=message):
             parse_mesh(text)
     with pytest.raises(ConfigError, match="not one of"):

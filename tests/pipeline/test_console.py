@@ -19,8 +19,11 @@ def console_levels() -> tuple[list[int], list[int]]:
 def test_each_verbosity_sets_ray_datas_progress_and_console_level_and_leaves_its_log_file_alone():
     _, files_before = console_levels()
     try:
-        for verbosity, bars, level in [("quiet", False, logging.ERROR), ("normal", False, logging.WARNING),
-                                       ("verbose", True, logging.INFO)]:
+        for verbosity, bars, level in [
+            ("quiet", False, logging.ERROR),
+            ("normal", False, logging.WARNING),
+            ("verbose", True, logging.INFO),
+        ]:
             configure_ray_data(verbosity)
             consoles, files = console_levels()
             assert ray.data.DataContext.get_current().enable_progress_bars is bars

@@ -220,7 +220,10 @@ def _hostile_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str | None]]:
         "no-whitespace.txt": (b"x" * 10_000_000, "NoTokens"),  # one [UNK]: see ChunkBlock
         "invalid-utf8.txt": (b"valid start \xff\xfe then not", "UndecodableText"),
         "nul-bytes.txt": (b"words\x00between\x00NUL bytes\x00", None),
-        "malformed.jsonl": (b"\n".join([good_line, b"{not json", b"[1, 2]", b'{"id": "x"}', b'{"id": "y", "text": "\xff"}']), None),
+        "malformed.jsonl": (
+            b"\n".join([good_line, b"{not json", b"[1, 2]", b'{"id": "x"}', b'{"id": "y", "text": "\xff"}']),
+            None,
+        ),
     }
 
 
@@ -289,8 +292,14 @@ print("control started", file=sys.stderr, flush=True)
 def test_stage_actors_constructor_arguments_are_inline_so_a_restart_cannot_lose_them():
     """Ray logs ray-project/ray#53727's error, once per process, for the first actor with restarts whose
     arguments hold a reference; ours come first and must not, the control after them must."""
-    probe = subprocess.run([sys.executable, "-c", RESTART_ARGS_PROBE], capture_output=True, text=True, cwd=REPO,
-                           timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    probe = subprocess.run(
+        [sys.executable, "-c", RESTART_ARGS_PROBE],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     ours, _, control = probe.stderr.partition("ours started")
     assert "constructor arguments in the object store" not in ours, ours[-2000:]

@@ -71,7 +71,7 @@ def documents(tokenizer: Tokenizer, root: Path) -> Path:
     docs.mkdir()
     text = " ".join(words)
     for name, n in LENGTHS.items():
-        (docs / f"{name}.txt").write_text(text[:ids.offsets[n - 1][1]])
+        (docs / f"{name}.txt").write_text(text[: ids.offsets[n - 1][1]])
     return docs
 
 
@@ -85,8 +85,17 @@ def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path,
     assert embedder.encoder.spec.arch.family == family
     docs = documents(embedder.tokenizer, tmp_path)
     out = tmp_path / "out"
-    run_job(JobConfig(inputs=(str(docs),), output=str(out), model=str(model), max_tokens=WINDOW, overlap=64,
-                      prompt=prompt, encoder=EncoderConfig(dim=dim)))
+    run_job(
+        JobConfig(
+            inputs=(str(docs),),
+            output=str(out),
+            model=str(model),
+            max_tokens=WINDOW,
+            overlap=64,
+            prompt=prompt,
+            encoder=EncoderConfig(dim=dim),
+        )
+    )
 
     table = read_table(str(out)).sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
     rows = table.drop_columns(["embedding"]).to_pylist()
@@ -97,7 +106,7 @@ def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path,
     n_around = Tokenizer(model / "tokenizer.json", prompt=embedder.encoder.spec.prompt_text(prompt)).n_special
     assert [row["n_tokens"] for row, _ in by_doc["three-chunks"]][:2] == [WINDOW, WINDOW]
     for doc in ("near-window", "short"):
-        (row, vector), = by_doc[doc]
+        ((row, vector),) = by_doc[doc]
         assert row["n_tokens"] == LENGTHS[doc] + n_around
         want = embedder.embed([row["text"]], prompt=prompt)[0]
         assert vector.shape == (dim or embedder.encoder.spec.dim,)

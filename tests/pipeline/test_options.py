@@ -11,8 +11,21 @@ def write(tmp_path, text):
 
 
 def test_flags_alone_build_the_config_tree():
-    cfg = parse_job_args(["--input", "a", "--input", "s3://b/c", "--output", "out", "--batch-size", "4",
-                          "--mesh", "data=2,model=1", "--overwrite"])
+    cfg = parse_job_args(
+        [
+            "--input",
+            "a",
+            "--input",
+            "s3://b/c",
+            "--output",
+            "out",
+            "--batch-size",
+            "4",
+            "--mesh",
+            "data=2,model=1",
+            "--overwrite",
+        ]
+    )
     assert cfg.inputs == ("a", "s3://b/c") and cfg.output == "out" and cfg.overwrite
     assert cfg.encoder.batch_size == 4 and cfg.encoder.mesh == (("data", 2), ("model", 1))
     assert cfg.overlap == 32 and cfg.encoder.dtype == "float32"
@@ -26,8 +39,14 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
     assert (cfg.max_tokens, cfg.overlap, cfg.encoder.dtype) == (128, 16, "bfloat16")
     single = parse_job_args(["--config", write(tmp_path, "input: one\noutput: o\n")])
     assert single.inputs == ("one",)
-    bounded = parse_job_args(["--config", write(tmp_path, "input: a\noutput: o\npdf-extractor: pypdf\nextract_timeout: 30\n"),
-                              "--extract-memory", "512"])
+    bounded = parse_job_args(
+        [
+            "--config",
+            write(tmp_path, "input: a\noutput: o\npdf-extractor: pypdf\nextract_timeout: 30\n"),
+            "--extract-memory",
+            "512",
+        ]
+    )
     assert (bounded.extract.pdf_extractor, bounded.extract.timeout_s, bounded.extract.memory_mib) == ("pypdf", 30, 512)
 
 

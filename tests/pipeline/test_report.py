@@ -20,7 +20,9 @@ def test_progress_line_is_periodic_and_estimates_the_rest():
 
 def test_progress_line_says_how_busy_each_stage_is():
     table = StageTable()
-    table.add({"extract": StageTotals(5.0, {"pages": 50}, {"a:1"}), "encode": StageTotals(9.0, {"tokens": 900}, {"a:1"})})
+    table.add(
+        {"extract": StageTotals(5.0, {"pages": 50}, {"a:1"}), "encode": StageTotals(9.0, {"tokens": 900}, {"a:1"})}
+    )
     lines = []
     progress = ProgressLine(clock=lambda: 110.0, emit=lines.append, started=100.0, stages=lambda: table)
     progress.update(RunReport("m", "f", {}, inputs=1, skipped=0), 0.5, force=True)

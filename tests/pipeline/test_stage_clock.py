@@ -34,8 +34,12 @@ def test_time_inside_a_failing_call_still_counts():
 def test_utilisation_per_worker_names_the_bottleneck():
     table = StageTable()
     # Two extract workers busy 4 s each of a 10 s run; one encoder busy 9 s.
-    table.add({"extract": StageTotals(4.0, {"pages": 40}, {"a:1"}, 100.0, 104.0),
-               "encode": StageTotals(9.0, {"tokens": 9000}, {"a:1"}, 101.0, 110.0)})
+    table.add(
+        {
+            "extract": StageTotals(4.0, {"pages": 40}, {"a:1"}, 100.0, 104.0),
+            "encode": StageTotals(9.0, {"tokens": 9000}, {"a:1"}, 101.0, 110.0),
+        }
+    )
     table.add({"extract": StageTotals(4.0, {"pages": 40}, {"a:2"}, 100.0, 106.0)})
     assert table.utilisation("extract", 10.0) == 0.4
     assert table.utilisation("encode", 10.0) == 0.9
@@ -43,7 +47,12 @@ def test_utilisation_per_worker_names_the_bottleneck():
     report = table.to_json(10.0)
     assert list(report) == ["extract", "encode"]
     assert report["extract"] == {
-        "workers": 2, "busy_s": 8.0, "span_s": 6.0, "utilisation": 0.4, "pages_per_busy_s": 10.0, "pages": 80
+        "workers": 2,
+        "busy_s": 8.0,
+        "span_s": 6.0,
+        "utilisation": 0.4,
+        "pages_per_busy_s": 10.0,
+        "pages": 80,
     }
     assert report["encode"]["tokens_per_busy_s"] == 1000.0
     assert table.line(10.0) == "stages busy: extract 40%, encode 90%; bottleneck encode"

@@ -85,7 +85,9 @@ def start_moto() -> tuple[Server, dict]:
     server = Server(proc, url)
     try:
         _wait_http(f"{url}/moto-api/data.json", proc)
-        iam = boto3.client("iam", endpoint_url=url, region_name=REGION, aws_access_key_id="setup", aws_secret_access_key="setup")
+        iam = boto3.client(
+            "iam", endpoint_url=url, region_name=REGION, aws_access_key_id="setup", aws_secret_access_key="setup"
+        )
         iam.create_user(UserName="docembed")
         policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
         iam.put_user_policy(UserName="docembed", PolicyName="all", PolicyDocument=json.dumps(policy))
@@ -103,7 +105,9 @@ def start_gcs() -> Server:
         f"s = create_server('127.0.0.1', {port}, in_memory=True); s.start(); "
         "sys.stdin.read()"  # until the test closes our stdin, or kills us
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     url = f"http://127.0.0.1:{port}"
     server = Server(proc, url)
     try:
@@ -124,7 +128,16 @@ def s3_client(endpoint: str, creds: dict):
     )
 
 
-_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection", "expect"}
+_HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+    "expect",
+}
 
 
 class FaultProxy:

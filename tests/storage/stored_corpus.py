@@ -21,7 +21,10 @@ def note_text(i: int) -> str:
 
 
 def shard_rows(name: str) -> list[dict]:
-    return [{"id": f"{name}-{i}", "text": f"Shard {name}, document {i}: a short record about item {i}."} for i in range(SHARD_DOCS)]
+    return [
+        {"id": f"{name}-{i}", "text": f"Shard {name}, document {i}: a short record about item {i}."}
+        for i in range(SHARD_DOCS)
+    ]
 
 
 def expected_docs(base: str) -> tuple[set[str], set[str]]:

@@ -110,7 +110,9 @@ def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, tmp_pa
             driver = subprocess.Popen(
                 [sys.executable, str(DRIVER), "--input", source, "--output", output, *ARGS],
                 env={**env, "DOCEMBED_TEST_DIE_AFTER_MARKER": "1"} if reached is None else env,
-                stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
             )
             if reached is None:
                 driver.wait(timeout=180)

@@ -43,7 +43,7 @@ class Loaded:
 
     def hidden(self, i: int) -> np.ndarray:
         start = int(self.ref["lengths"][:i].sum())
-        return self.ref["hidden"][start:start + self.ref["lengths"][i]]
+        return self.ref["hidden"][start : start + self.ref["lengths"][i]]
 
 
 _cache: dict[str, Loaded] = {}
@@ -53,8 +53,9 @@ def load(name: str) -> Loaded:
     if name not in _cache:
         spec = model_dir.resolve(str(FIXTURES / name))
         ref = dict(np.load(FIXTURES / f"{name}.npz"))
-        ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated([str(t) for t in ref["texts"]],
-                                                                        spec.max_seq_length)
+        ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(
+            [str(t) for t in ref["texts"]], spec.max_seq_length
+        )
         _cache[name] = Loaded(spec, model_dir.load_params(spec), ref, ids)
     return _cache[name]
 
@@ -63,7 +64,7 @@ def unpacked(ids: list[list[int]], width: int):
     """One sequence per row, right-padded: segments 1 then 0, positions arange."""
     ids_BT = np.zeros((len(ids), width), np.int32)
     for row, seq in enumerate(ids):
-        ids_BT[row, :len(seq)] = seq
+        ids_BT[row, : len(seq)] = seq
     positions_BT = np.broadcast_to(np.arange(width, dtype=np.int32), ids_BT.shape).copy()
     segments_BT = (positions_BT < np.array([len(s) for s in ids])[:, None]).astype(np.int32)
     return ids_BT, segments_BT, positions_BT
@@ -83,9 +84,9 @@ def packed(ids: list[list[int]], width: int):
     for r, row in enumerate(rows):
         start = 0
         for k, seq in enumerate(row):
-            ids_BT[r, start:start + len(seq)] = seq
-            segments_BT[r, start:start + len(seq)] = k + 1
-            positions_BT[r, start:start + len(seq)] = np.arange(len(seq))
+            ids_BT[r, start : start + len(seq)] = seq
+            segments_BT[r, start : start + len(seq)] = k + 1
+            positions_BT[r, start : start + len(seq)] = np.arange(len(seq))
             where[id(seq)] = (r, start, k + 1)
             start += len(seq)
     return ids_BT, segments_BT, positions_BT, [where[id(seq)] for seq in ids]
@@ -147,7 +148,7 @@ def test_packed_rows_equal_unpacked(name, impl):
     together_pooled = embeddings(m.spec, together, segments_BT, n_slots)
     for i, (row, start, segment) in enumerate(where):
         n = len(m.ids[i])
-        np.testing.assert_allclose(together[row, start:start + n], alone[i, :n], atol=2e-5, rtol=1e-5)
+        np.testing.assert_allclose(together[row, start : start + n], alone[i, :n], atol=2e-5, rtol=1e-5)
         np.testing.assert_allclose(together_pooled[row, segment - 1], alone_pooled[i], atol=2e-5, rtol=1e-5)
     absent = [(r, s) for r in range(ids_BT.shape[0]) for s in range(n_slots) if not (segments_BT[r] == s + 1).any()]
     assert all(not together_pooled[r, s].any() for r, s in absent)
@@ -157,7 +158,7 @@ def _long_text_cosine(m: Loaded, arch) -> float:
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
     hidden = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl="reference"))
     last = len(m.ids) - 1
-    return cosine(hidden[last, :m.ref["lengths"][last]], m.hidden(last))
+    return cosine(hidden[last, : m.ref["lengths"][last]], m.hidden(last))
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("modernbert")])
@@ -216,19 +217,24 @@ def broken_copy(tmp_path, name: str) -> Path:
 def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
     with pytest.raises(encoders.UnsupportedModel) as e:
         encoders.config_from_hf({"model_type": "t5", "architectures": ["T5EncoderModel"]})
-    assert str(e.value) == ("model_type 't5' (architectures ['T5EncoderModel']) is not supported; supported "
-                            "model_types: bert, xlm-roberta, roberta, modernbert, nomic_bert, gte, new")
+    assert str(e.value) == (
+        "model_type 't5' (architectures ['T5EncoderModel']) is not supported; supported "
+        "model_types: bert, xlm-roberta, roberta, modernbert, nomic_bert, gte, new"
+    )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(ModelError, match="'t5'.*not supported"):
         model_dir.resolve(str(path))
 
 
-@pytest.mark.parametrize("name, missing, reported", [
-    ("modernbert-hub-config", "model.layers.2.attn.Wqkv.weight", "layers.2.attn.Wqkv.weight"),
-    ("nomic-contrastors", "encoder.layers.1.mlp.fc12.weight", "encoder.layers.1.mlp.fc12.weight"),
-    ("gte-new-ntk", "new.encoder.layer.0.mlp.up_gate_proj.weight", "encoder.layer.0.mlp.up_gate_proj.weight"),
-])
+@pytest.mark.parametrize(
+    "name, missing, reported",
+    [
+        ("modernbert-hub-config", "model.layers.2.attn.Wqkv.weight", "layers.2.attn.Wqkv.weight"),
+        ("nomic-contrastors", "encoder.layers.1.mlp.fc12.weight", "encoder.layers.1.mlp.fc12.weight"),
+        ("gte-new-ntk", "new.encoder.layer.0.mlp.up_gate_proj.weight", "encoder.layer.0.mlp.up_gate_proj.weight"),
+    ],
+)
 def test_missing_tensors_are_named(tmp_path, name, missing, reported):
     """Named without the model prefix, which the loader strips."""
     path = broken_copy(tmp_path, name)
@@ -246,14 +252,25 @@ def test_a_missing_shard_is_named(tmp_path):
         model_dir.resolve(str(path))
 
 
-@pytest.mark.parametrize("name, change, message", [
-    ("bert-pooler", {"intermediate_size": 96}, r"'encoder.layer.0.intermediate.dense.weight' has shape \(80, 48\).*"
-                                               r"implies \(96, 48\)"),
-    ("modernbert-layer-types", {"intermediate_size": 32}, r"'layers.0.mlp.Wi.weight' has shape \(128, 48\).*"
-                                                          r"implies \(64, 48\)"),
-    ("nomic-transformers", {"hidden_size": 64}, r"has shape .* implies"),
-    ("gte-transformers", {"vocab_size": 500}, r"'embeddings.word_embeddings.weight' has shape \(400, 48\)"),
-])
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        (
+            "bert-pooler",
+            {"intermediate_size": 96},
+            r"'encoder.layer.0.intermediate.dense.weight' has shape \(80, 48\).*"
+            r"implies \(96, 48\)",
+        ),
+        (
+            "modernbert-layer-types",
+            {"intermediate_size": 32},
+            r"'layers.0.mlp.Wi.weight' has shape \(128, 48\).*"
+            r"implies \(64, 48\)",
+        ),
+        ("nomic-transformers", {"hidden_size": 64}, r"has shape .* implies"),
+        ("gte-transformers", {"vocab_size": 500}, r"'embeddings.word_embeddings.weight' has shape \(400, 48\)"),
+    ],
+)
 def test_shapes_that_contradict_the_config_are_refused(tmp_path, name, change, message):
     path = broken_copy(tmp_path, name)
     config = json.loads((path / "config.json").read_text())
@@ -269,24 +286,30 @@ def test_a_window_longer_than_the_positions_is_refused():
         encoders.check_window(arch, 129)
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"local_attention": 1024}, "sliding window 512 is not shorter than the model's 512 positions"),
-    ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling"),
-    ({"layer_types": ["full_attention"]}, "layer_types must list 4"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"local_attention": 1024}, "sliding window 512 is not shorter than the model's 512 positions"),
+        ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling"),
+        ({"layer_types": ["full_attention"]}, "layer_types must list 4"),
+    ],
+)
 def test_modernbert_options_not_implemented_are_refused(change, message):
     config = json.loads((FIXTURES / "modernbert-hub-config" / "config.json").read_text())
     with pytest.raises(encoders.UnsupportedModel, match=message):
         encoders.config_from_hf(config | change)
 
 
-@pytest.mark.parametrize("name, change, message", [
-    ("nomic-contrastors", {"prenorm": True}, "prenorm=True is not implemented"),
-    ("nomic-contrastors", {"rotary_emb_fraction": 0.5}, "rotary_emb_fraction"),
-    ("nomic-contrastors", {"activation_function": "gelu"}, "activation_function 'gelu'"),
-    ("gte-new-ntk", {"rope_scaling": {"type": "linear", "factor": 2.0}}, "RoPE scaling 'linear'"),
-    ("gte-new-ntk", {"logn_attention_scale": True}, "logn_attention_scale"),
-])
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        ("nomic-contrastors", {"prenorm": True}, "prenorm=True is not implemented"),
+        ("nomic-contrastors", {"rotary_emb_fraction": 0.5}, "rotary_emb_fraction"),
+        ("nomic-contrastors", {"activation_function": "gelu"}, "activation_function 'gelu'"),
+        ("gte-new-ntk", {"rope_scaling": {"type": "linear", "factor": 2.0}}, "RoPE scaling 'linear'"),
+        ("gte-new-ntk", {"logn_attention_scale": True}, "logn_attention_scale"),
+    ],
+)
 def test_other_options_not_implemented_are_refused(name, change, message):
     config = json.loads((FIXTURES / name / "config.json").read_text())
     with pytest.raises(encoders.UnsupportedModel, match=message):

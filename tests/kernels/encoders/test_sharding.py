@@ -41,8 +41,9 @@ def measure_on_8_devices() -> dict:
     for name in NAMES:
         spec = model_dir.resolve(str(FIXTURES / name))
         ref = np.load(FIXTURES / f"{name}.npz")
-        ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated([str(t) for t in ref["texts"]],
-                                                                        spec.max_seq_length)
+        ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(
+            [str(t) for t in ref["texts"]], spec.max_seq_length
+        )
         params = model_dir.load_params(spec)
         # Packed rows, padded to a multiple of the largest data axis with empty rows.
         ids_BT, segments_BT, positions_BT, _ = packed(ids, 2 * spec.max_seq_length)
@@ -52,21 +53,30 @@ def measure_on_8_devices() -> dict:
         out = {"meshes": {}}
         for text in MESHES:
             try:
-                encoder = Encoder(spec, EncoderConfig(mesh=parse_mesh(text), batch_size=2),
-                                  devices=jax.devices()[:DEVICES])
+                encoder = Encoder(
+                    spec, EncoderConfig(mesh=parse_mesh(text), batch_size=2), devices=jax.devices()[:DEVICES]
+                )
             except ConfigError as e:
                 out["meshes"][text] = {"refused": str(e)}
                 continue
             got, _ = encoder.encode_ids(ids)
             mesh, axes = encoder.mesh, encoders.param_axes(params)
             step = sharding.shard_map(
-                lambda p, i, s, q: encoders.forward(p, i, s, q, spec.arch, rules=rules), mesh, rules,
-                in_axes=(axes, *(encoders.logical("BT"),) * 3), out_axes=encoders.logical("BTD"))
-            placed = jax.device_put((params, *batch), sharding.named_shardings(
-                (axes, *(encoders.logical("BT"),) * 3), rules, mesh))
+                lambda p, i, s, q, arch=spec.arch: encoders.forward(p, i, s, q, arch, rules=rules),
+                mesh,
+                rules,
+                in_axes=(axes, *(encoders.logical("BT"),) * 3),
+                out_axes=encoders.logical("BTD"),
+            )
+            placed = jax.device_put(
+                (params, *batch), sharding.named_shardings((axes, *(encoders.logical("BT"),) * 3), rules, mesh)
+            )
             hidden = np.asarray(jax.jit(step)(*placed))
-            out["meshes"][text] = {"pooled": got.tolist(), "packed_max_abs_diff": float(np.abs(hidden - whole).max()),
-                                   "packed_scale": float(np.abs(whole).max())}
+            out["meshes"][text] = {
+                "pooled": got.tolist(),
+                "packed_max_abs_diff": float(np.abs(hidden - whole).max()),
+                "packed_scale": float(np.abs(whole).max()),
+            }
         out["reference"] = ref["pooled"].tolist()
         out["heads"] = spec.arch.num_heads
         results[name] = out
@@ -77,7 +87,9 @@ def measure_on_8_devices() -> dict:
 def measured(tmp_path_factory) -> dict:
     from support import run_on_cpu_devices
 
-    return run_on_cpu_devices(Path(__file__), tmp_path_factory.mktemp("family-sharding") / "measured.json", DEVICES, 900)
+    return run_on_cpu_devices(
+        Path(__file__), tmp_path_factory.mktemp("family-sharding") / "measured.json", DEVICES, 900
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -89,9 +89,7 @@ def test_packed_rows_equal_one_sequence_per_row(embedder, reference):
     texts, _ = reference
     buckets = Embedder.load(packing=False)
     assert buckets.encoder.batching.slots == 1 and embedder.encoder.batching.slots > 1
-    np.testing.assert_allclose(
-        1 - cosine(embedder.embed(texts), buckets.embed(texts)), 0, atol=1e-5
-    )
+    np.testing.assert_allclose(1 - cosine(embedder.embed(texts), buckets.embed(texts)), 0, atol=1e-5)
     window = embedder.encoder.spec.max_seq_length
     cls, sep = embedder.tokenizer.encode_truncated([""], window)[0]
     edge_cases = [[cls], [cls, 2023, sep], [cls, *range(2000, 2000 + window - 2), sep], [sep] * (window - 1)]

@@ -69,10 +69,19 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
             revision = rest[1] if rest else "main"
             if revision not in revisions:
                 return self._error(404, "RevisionNotFound")
-            files = sorted(p.relative_to(FIXTURES / commits[revisions[revision]]).as_posix()
-                           for p in (FIXTURES / commits[revisions[revision]]).rglob("*") if p.is_file())
-            return self._json({"id": repo, "sha": revisions[revision], "private": repo in PRIVATE_REPOS,
-                               "siblings": [{"rfilename": f} for f in files]})
+            files = sorted(
+                p.relative_to(FIXTURES / commits[revisions[revision]]).as_posix()
+                for p in (FIXTURES / commits[revisions[revision]]).rglob("*")
+                if p.is_file()
+            )
+            return self._json(
+                {
+                    "id": repo,
+                    "sha": revisions[revision],
+                    "private": repo in PRIVATE_REPOS,
+                    "siblings": [{"rfilename": f} for f in files],
+                }
+            )
         kind, revision, file = rest[0], rest[1], "/".join(rest[2:])  # tree/{commit} or resolve/{revision}/{file}
         if revision not in revisions:
             return self._error(404, "RevisionNotFound")
@@ -80,8 +89,15 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
         root = FIXTURES / commits[commit]
         if api and kind == "tree":
             files = [p for p in sorted(root.rglob("*")) if p.is_file()]
-            entries = [{"type": "file", "path": p.relative_to(root).as_posix(), "size": p.stat().st_size,
-                        "oid": hashlib.sha1(p.read_bytes()).hexdigest()} for p in files]
+            entries = [
+                {
+                    "type": "file",
+                    "path": p.relative_to(root).as_posix(),
+                    "size": p.stat().st_size,
+                    "oid": hashlib.sha1(p.read_bytes()).hexdigest(),
+                }
+                for p in files
+            ]
             return self._json(entries)
         target = root / file
         if kind != "resolve" or not target.is_file():
@@ -145,8 +161,9 @@ else:
 
 
 def resolve(model: str, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", RESOLVE, model], env=env, cwd=REPO, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", RESOLVE, model], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert TOKEN not in result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -189,8 +206,10 @@ def test_a_revision_selects_its_commit(hub_env):
 
 def test_a_private_repo_needs_the_token_which_is_sent_and_never_shown(hub_env):
     refused = resolve("acme/private", hub_env)
-    assert refused == {"error": "Hugging Face Hub model acme/private: no such repo, or it is private or gated and "
-                                "HF_TOKEN does not grant access (a local directory of that name does not exist either)"}
+    assert refused == {
+        "error": "Hugging Face Hub model acme/private: no such repo, or it is private or gated and "
+        "HF_TOKEN does not grant access (a local directory of that name does not exist either)"
+    }
     got = resolve("acme/private", hub_env | {"HF_TOKEN": TOKEN})
     assert got["weights_sha256"] == local("gte-new-ntk").weights_sha256
     assert {auth for _, path, auth in HubHandler.requests if "private" in path} >= {None, f"Bearer {TOKEN}"}
@@ -198,14 +217,16 @@ def test_a_private_repo_needs_the_token_which_is_sent_and_never_shown(hub_env):
 
 def test_missing_repos_and_revisions_are_one_line(hub_env):
     assert resolve("acme/nothing", hub_env)["error"].startswith("Hugging Face Hub model acme/nothing: no such repo")
-    assert resolve("acme/tiny@v9", hub_env) == {"error": "Hugging Face Hub model acme/tiny@v9: the repo has no "
-                                                          "revision 'v9'"}
+    assert resolve("acme/tiny@v9", hub_env) == {
+        "error": "Hugging Face Hub model acme/tiny@v9: the repo has no revision 'v9'"
+    }
 
 
 def test_offline_mode_uses_the_cache_and_says_when_it_lacks_the_model(hub_env):
     offline = hub_env | {"HF_HUB_OFFLINE": "1"}
-    assert resolve("acme/tiny", offline) == {"error": "Hugging Face Hub model acme/tiny is not in the hub cache "
-                                                       "(HF_HOME) and HF_HUB_OFFLINE is set"}
+    assert resolve("acme/tiny", offline) == {
+        "error": "Hugging Face Hub model acme/tiny is not in the hub cache (HF_HOME) and HF_HUB_OFFLINE is set"
+    }
     online = resolve("acme/tiny", hub_env)
     HubHandler.requests.clear()
     assert resolve("acme/tiny", offline) == online
@@ -223,8 +244,9 @@ def test_the_job_on_a_private_hub_model_never_shows_the_token(hub_env, tmp_path)
     env = hub_env | {"HF_TOKEN": TOKEN, "RAY_TMPDIR": ray_tmp}
     env.pop("RAY_ADDRESS", None)
     embed = [sys.executable, str(REPO / "jobs" / "embed.py"), "--input", str(docs), "--output", str(out)]
-    result = subprocess.run([*embed, "--model", "acme/private"], env=env, cwd=REPO, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [*embed, "--model", "acme/private"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     vectors = embedding_matrix(read_table(str(out)))
     from pipeline import Embedder
@@ -239,9 +261,16 @@ def test_the_job_on_a_private_hub_model_never_shows_the_token(hub_env, tmp_path)
     assert [name for name, text in seen.items() if TOKEN in text] == []
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
-    missing = subprocess.run([*embed, "--model", "acme/nothing", "--overwrite"], env=env, cwd=REPO,
-                             capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [*embed, "--model", "acme/nothing", "--overwrite"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2
     assert missing.stderr.strip().splitlines() == [
         "docembed: error: Hugging Face Hub model acme/nothing: no such repo, or it is private or gated and HF_TOKEN "
-        "does not grant access (a local directory of that name does not exist either)"]
+        "does not grant access (a local directory of that name does not exist either)"
+    ]

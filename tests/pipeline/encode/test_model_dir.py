@@ -46,7 +46,10 @@ def test_cls_pooling_is_read_from_the_pooling_config(tmp_path):
         (lambda p: (p / "model.safetensors").unlink(), "has no model.safetensors"),
         (lambda p: (p / "tokenizer.json").unlink(), "has no tokenizer.json"),
         (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
-        (lambda p: (p / "config.json").write_text('{"model_type": "gpt2"}'), "'gpt2'.*is not supported.*bert, xlm-roberta"),
+        (
+            lambda p: (p / "config.json").write_text('{"model_type": "gpt2"}'),
+            "'gpt2'.*is not supported.*bert, xlm-roberta",
+        ),
     ],
 )
 def test_broken_model_directories_fail_clearly(tmp_path, breakage, message):

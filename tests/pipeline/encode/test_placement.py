@@ -33,7 +33,9 @@ def test_one_actor_per_tpu_host_owning_all_its_chips():
 def test_cpu_stages_overlap_a_cpu_encoder_and_too_few_cpus_fail_fast():
     laptop = place_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
     assert (laptop.stage_cpus, laptop.max_cpu_actors) == (0.5, 1)
-    with pytest.raises(ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"):
+    with pytest.raises(
+        ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"
+    ):
         place_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
 
 
@@ -62,8 +64,10 @@ def test_a_mesh_or_attention_the_encoder_hosts_cannot_run_is_refused_from_the_no
         check_encoders(tpu, EncoderConfig(mesh=(("model", 3),)))
     cpu = place_encoders("auto", [node()], cpu_actors=None, cpu_per_actor=1)
     check_encoders(cpu, EncoderConfig(attention="pallas", batch_size=3))
-    with pytest.raises(ConfigError, match="--attention cudnn cannot run on the cpu encoder actors; these can: auto, "
-                                          "reference, blockwise, pallas$"):
+    with pytest.raises(
+        ConfigError,
+        match="--attention cudnn cannot run on the cpu encoder actors; these can: auto, reference, blockwise, pallas$",
+    ):
         check_encoders(cpu, EncoderConfig(attention="cudnn"))
     gpu = place_encoders("auto", [node(GPU=2)], cpu_actors=None, cpu_per_actor=1)
     with pytest.raises(ConfigError, match="tpu_flash cannot run on the gpu encoder actors"):
@@ -84,8 +88,13 @@ def ray_with_tpu():
 
 
 def test_job_schedules_encoders_on_the_tpu_resource(ray_with_tpu, tmp_path):
-    cfg = JobConfig(inputs=(str(SAMPLES / "text"),), output=str(tmp_path / "out"), accelerator="tpu",
-                    compile_cache=str(tmp_path / "cache"), profile=str(tmp_path / "profile"))
+    cfg = JobConfig(
+        inputs=(str(SAMPLES / "text"),),
+        output=str(tmp_path / "out"),
+        accelerator="tpu",
+        compile_cache=str(tmp_path / "cache"),
+        profile=str(tmp_path / "profile"),
+    )
     report = run_job(cfg)
     assert report.docs_ok == 5
     assert read_report(str(tmp_path / "out"))["counts"]["docs_ok"] == 5

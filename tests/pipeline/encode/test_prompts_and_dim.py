@@ -77,7 +77,7 @@ def test_a_model_that_pools_without_the_prompt_is_refused_with_a_prompt(tmp_path
 def test_every_chunk_carries_the_prompt_within_the_window(window, overlap):
     tokenizer = Tokenizer(NOMIC / "tokenizer.json", prompt="search_document: ")
     plain = Tokenizer(NOMIC / "tokenizer.json")
-    prompt_ids = tokenizer.prefix_ids[len(plain.prefix_ids):]
+    prompt_ids = tokenizer.prefix_ids[len(plain.prefix_ids) :]
     assert prompt_ids and tokenizer.n_special == plain.n_special + len(prompt_ids)
     text = " ".join(f"word{i % 50} and more" for i in range(window * 2))
     enc = tokenizer.encode_content([text])[0]
@@ -88,9 +88,9 @@ def test_every_chunk_carries_the_prompt_within_the_window(window, overlap):
     content = window - tokenizer.n_special
     for i, chunk in enumerate(chunks):
         assert len(chunk.token_ids) <= window
-        assert chunk.token_ids[:len(tokenizer.prefix_ids)] == plain.prefix_ids + prompt_ids
-        content_ids = chunk.token_ids[len(tokenizer.prefix_ids):-len(plain.suffix_ids)]
-        assert content_ids == enc.ids[i * (content - overlap):][:content]
+        assert chunk.token_ids[: len(tokenizer.prefix_ids)] == plain.prefix_ids + prompt_ids
+        content_ids = chunk.token_ids[len(tokenizer.prefix_ids) : -len(plain.suffix_ids)]
+        assert content_ids == enc.ids[i * (content - overlap) :][:content]
     assert len(chunks[0].token_ids) == window
     with pytest.raises(ConfigError, match="--max-tokens must be in"):
         ChunkingConfig(max_tokens=tokenizer.n_special, overlap=0).validate(tokenizer.n_special, 8192)
@@ -112,8 +112,10 @@ def test_dim_beyond_the_model_and_windows_beyond_its_positions_are_refused():
         Embedder.load(str(NOMIC), dim=33)
     with pytest.raises(ConfigError, match="--dim must be at least 1"):
         Embedder.load(str(NOMIC), dim=0)
-    with pytest.raises(ConfigError, match="--max-tokens 8193: a window of 8193 tokens is longer than this "
-                                          "nomic_bert model's 8192 positions"):
+    with pytest.raises(
+        ConfigError,
+        match="--max-tokens 8193: a window of 8193 tokens is longer than this nomic_bert model's 8192 positions",
+    ):
         Embedder.load(str(NOMIC), max_tokens=8193)
 
 
@@ -124,4 +126,3 @@ def test_prompt_and_dim_are_in_the_fingerprint():
     smaller = fingerprint(spec, ChunkingConfig(64, 8), EncoderConfig(dim=16), "pypdf")
     assert prompted["prompt"] == "search_document: " and smaller["dim"] == 16
     assert len({base["fingerprint"], prompted["fingerprint"], smaller["fingerprint"]}) == 3
-

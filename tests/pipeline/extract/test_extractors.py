@@ -152,7 +152,9 @@ def test_pdfium_agrees_with_pypdf_on_every_real_pdf(outcomes):
     for name in both:
         a, b = _words(reference[name]), _words(fast[name])
         jaccard[name] = len(a & b) / len(a | b)
-        cosine[name] = float(_doc_embedding(reference[name], tokenizer, embedder) @ _doc_embedding(fast[name], tokenizer, embedder))
+        cosine[name] = float(
+            _doc_embedding(reference[name], tokenizer, embedder) @ _doc_embedding(fast[name], tokenizer, embedder)
+        )
     print("\nword Jaccard, embedding cosine (pypdf vs pdfium):")
     for name in both:
         print(f"  {name:45s} {jaccard[name]:.3f} {cosine[name]:.4f}")

@@ -63,7 +63,9 @@ MEMORY_BOMBS = {"pypdf": ("NoText", "text"), "pdfium": ("ExtractorCrashed", "Ext
 def test_memory_bombs_hit_the_memory_bound_not_the_machine(real_pdf, extractor):
     with closing(Sandbox(ExtractConfig(extractor, timeout_s=30, memory_mib=256))) as sandbox:
         started = time.monotonic()
-        assert (_outcome(sandbox, decompression_bomb_pdf()), _outcome(sandbox, form_fanout_pdf(1000))) == MEMORY_BOMBS[extractor]
+        assert (_outcome(sandbox, decompression_bomb_pdf()), _outcome(sandbox, form_fanout_pdf(1000))) == MEMORY_BOMBS[
+            extractor
+        ]
         assert time.monotonic() - started < 30
         assert len(sandbox.extract_pages(real_pdf, "pdf")) == 4
 
@@ -87,15 +89,21 @@ def test_a_crashed_extractor_costs_one_document(real_pdf):
 
 def test_the_child_does_not_outlive_a_killed_parent(tmp_path):
     parent = subprocess.Popen(
-        [sys.executable, "-c", (
-            "import os, signal\n"
-            "from pipeline.extract.sandbox import ExtractConfig, Sandbox\n"
-            "s = Sandbox(ExtractConfig('pypdf'))\n"
-            "s.extract_pages(open('samples/pdf/pdflatex-4-pages.pdf', 'rb').read(), 'pdf')\n"
-            "print(s.pid, flush=True)\n"
-            "os.kill(os.getpid(), signal.SIGKILL)\n"
-        )],
-        cwd=REPO, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            (
+                "import os, signal\n"
+                "from pipeline.extract.sandbox import ExtractConfig, Sandbox\n"
+                "s = Sandbox(ExtractConfig('pypdf'))\n"
+                "s.extract_pages(open('samples/pdf/pdflatex-4-pages.pdf', 'rb').read(), 'pdf')\n"
+                "print(s.pid, flush=True)\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n"
+            ),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     child = int(parent.stdout.readline())
     parent.wait()

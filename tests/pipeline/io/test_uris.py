@@ -43,4 +43,7 @@ def test_local_and_file_uris_name_the_same_files(tmp_path):
     by_path, skipped = list_inputs([str(tmp_path)])
     by_uri, _ = list_inputs([f"file://{tmp_path}"])
     assert by_path == by_uri and skipped == 1
-    assert [(f.uri, f.kind) for f in by_path] == [(str(tmp_path / "a.txt"), "text"), (str(tmp_path / "s.jsonl"), "jsonl")]
+    assert [(f.uri, f.kind) for f in by_path] == [
+        (str(tmp_path / "a.txt"), "text"),
+        (str(tmp_path / "s.jsonl"), "jsonl"),
+    ]

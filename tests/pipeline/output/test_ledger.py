@@ -23,10 +23,21 @@ from support import text_files as files
 def chunk_rows(group: str, doc: str, n: int, group_docs=None, start: int = 0, stop: int | None = None) -> list[dict]:
     return [
         {
-            "doc_id": doc, "chunk_index": i, "text": f"{doc} {i}", "page_start": None, "page_end": None,
-            "char_start": 0, "char_end": 1, "n_tokens": 5, "embedding": [0.5, 0.5],
-            "error_stage": None, "error_type": None, "error_message": None,
-            "group": group, "group_docs": group_docs, "doc_chunks": n,
+            "doc_id": doc,
+            "chunk_index": i,
+            "text": f"{doc} {i}",
+            "page_start": None,
+            "page_end": None,
+            "char_start": 0,
+            "char_end": 1,
+            "n_tokens": 5,
+            "embedding": [0.5, 0.5],
+            "error_stage": None,
+            "error_type": None,
+            "error_message": None,
+            "group": group,
+            "group_docs": group_docs,
+            "doc_chunks": n,
         }
         for i in range(start, n if stop is None else stop)
     ]
@@ -34,25 +45,57 @@ def chunk_rows(group: str, doc: str, n: int, group_docs=None, start: int = 0, st
 
 def error_row(group: str, doc: str, group_docs=None) -> dict:
     return {
-        "doc_id": doc, "chunk_index": None, "text": None, "page_start": None, "page_end": None, "char_start": None,
-        "char_end": None, "n_tokens": None, "embedding": None, "error_stage": "extract", "error_type": "NoText",
-        "error_message": "empty", "group": group, "group_docs": group_docs, "doc_chunks": None,
+        "doc_id": doc,
+        "chunk_index": None,
+        "text": None,
+        "page_start": None,
+        "page_end": None,
+        "char_start": None,
+        "char_end": None,
+        "n_tokens": None,
+        "embedding": None,
+        "error_stage": "extract",
+        "error_type": "NoText",
+        "error_message": "empty",
+        "group": group,
+        "group_docs": group_docs,
+        "doc_chunks": None,
     }
 
 
 SCHEMA = pa.schema(
     [
-        ("doc_id", pa.string()), ("chunk_index", pa.int32()), ("text", pa.string()), ("page_start", pa.int32()),
-        ("page_end", pa.int32()), ("char_start", pa.int64()), ("char_end", pa.int64()), ("n_tokens", pa.int32()),
-        ("embedding", pa.list_(pa.float32(), 2)), ("error_stage", pa.string()), ("error_type", pa.string()),
-        ("error_message", pa.string()), ("group", pa.string()), ("group_docs", pa.int32()), ("doc_chunks", pa.int32()),
+        ("doc_id", pa.string()),
+        ("chunk_index", pa.int32()),
+        ("text", pa.string()),
+        ("page_start", pa.int32()),
+        ("page_end", pa.int32()),
+        ("char_start", pa.int64()),
+        ("char_end", pa.int64()),
+        ("n_tokens", pa.int32()),
+        ("embedding", pa.list_(pa.float32(), 2)),
+        ("error_stage", pa.string()),
+        ("error_type", pa.string()),
+        ("error_message", pa.string()),
+        ("group", pa.string()),
+        ("group_docs", pa.int32()),
+        ("doc_chunks", pa.int32()),
     ]
 )
-MANIFEST = {"fingerprint": "f" * 16, "model": "m", "model_fingerprint": "mf", "max_tokens": 10, "overlap": 2, "dtype": "float32"}
+MANIFEST = {
+    "fingerprint": "f" * 16,
+    "model": "m",
+    "model_fingerprint": "mf",
+    "max_tokens": 10,
+    "overlap": 2,
+    "dtype": "float32",
+}
 
 
 def write(rows: list[dict], output: str) -> list[dict]:
-    return sink.write_block(pa.Table.from_pylist(rows, schema=SCHEMA), output, {"docembed.fingerprint": "f" * 16}).to_pylist()
+    return sink.write_block(
+        pa.Table.from_pylist(rows, schema=SCHEMA), output, {"docembed.fingerprint": "f" * 16}
+    ).to_pylist()
 
 
 def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_path):
@@ -80,7 +123,12 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
     assert {p.name for p in (tmp_path / "out" / "_groups").iterdir()} == {f"{g}.json", f"{s}.json"}
     table = pq.read_table(tmp_path / "out" / "embeddings")
     assert sorted(zip(table["doc_id"].to_pylist(), table["chunk_index"].to_pylist())) == [
-        ("/d/f000.txt", 0), ("/d/f000.txt", 1), ("/d/f000.txt", 2), ("/d/s.jsonl#1", 0), ("/d/s.jsonl#2", 0), ("/d/s.jsonl#2", 1)
+        ("/d/f000.txt", 0),
+        ("/d/f000.txt", 1),
+        ("/d/f000.txt", 2),
+        ("/d/s.jsonl#1", 0),
+        ("/d/s.jsonl#2", 0),
+        ("/d/s.jsonl#2", 1),
     ]
 
 
@@ -111,7 +159,9 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     assert state.done == {} and not list((tmp_path / "out" / "embeddings").iterdir())
 
     with pytest.raises(OutputError, match="overlap 2 there, 4 now.*--overwrite"):
-        resume.open_output(output, overwrite=False, manifest={**MANIFEST, "fingerprint": "g" * 16, "overlap": 4}, group_ids=ids)
+        resume.open_output(
+            output, overwrite=False, manifest={**MANIFEST, "fingerprint": "g" * 16, "overlap": 4}, group_ids=ids
+        )
     state = resume.open_output(output, overwrite=True, manifest={**MANIFEST, "fingerprint": "g" * 16}, group_ids=ids)
     assert state.done == {}
     assert json.loads((tmp_path / "out" / "_docembed.json").read_text())["fingerprint"] == "g" * 16
