@@ -1,7 +1,7 @@
 """Memory soak: a job of at least 2,000 encoder batches keeps the encoder's memory and program count flat.
 
-`--batch-size 1` and documents of one 256-token bucket make every batch a single
-row, so 2,000 documents are 2,000 batches: the smallest job that soaks the
+`--batch-size 1` and documents of about 175 tokens, no two of which fit one
+256-token row, make every batch a single row, so 2,000 documents are 2,000 batches: the smallest job that soaks the
 encoder this long (a batch costs 256 tokens, whatever its shape). While it runs,
 the encoder actor's resident memory and the compilation cache are sampled; after
 warm-up (the first quarter of its batches) memory grows under 5% and no program is compiled.
@@ -18,7 +18,7 @@ from pipeline.results import read_report
 import scenarios
 
 BATCHES = 2000
-SENTENCES = 8  # about 175 tokens: every note lands in the 256-token bucket, one row per batch
+SENTENCES = 8  # about 175 tokens: each note fills a 256-token row alone, one row per batch
 
 
 def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_path):
