@@ -19,9 +19,12 @@ INTEGRATION = (
     "tests/notebooks/",
     "tests/storage/",
     "tests/pipeline/test_job.py",
+    "tests/pipeline/test_long_windows.py",
     "tests/pipeline/test_output_consumers.py",
+    "tests/test_bench_accel.py",
 )
 INTEGRATION_TESTS = (
+    "test_the_job_on_a_private_hub_model_never_shows_the_token",
     "test_job_schedules_encoders_on_the_tpu_resource",
     "test_job_asking_for_a_gpu_here_fails_before_starting",
 )
