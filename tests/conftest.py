@@ -22,13 +22,14 @@ INTEGRATION = (
     "tests/pipeline/test_long_windows.py",
     "tests/pipeline/test_output_consumers.py",
     "tests/test_bench_accel.py",
+    # A hub-like HTTP server on 127.0.0.1 and real downloads through huggingface_hub.
+    "tests/pipeline/encode/test_hub.py",
     # Child processes on 8 simulated devices, one per model and mesh.
     "tests/kernels/test_bert_sharding.py",
     "tests/kernels/encoders/test_sharding.py",
 )
 INTEGRATION_TESTS = (
     "test_pdfium_agrees_with_pypdf_on_every_real_pdf",
-    "test_the_job_on_a_private_hub_model_never_shows_the_token",
     "test_job_schedules_encoders_on_the_tpu_resource",
     "test_job_asking_for_a_gpu_here_fails_before_starting",
 )
