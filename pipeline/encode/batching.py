@@ -120,7 +120,7 @@ def make_batches(token_ids: Sequence[Sequence[int]], cfg: BatchingConfig) -> Ite
         raise ValueError(f"a sequence of {lengths.max()} tokens exceeds the window of {cfg.max_seq_len}")
     if lengths.size and lengths.min() < 1:
         raise ValueError("an empty token sequence cannot be embedded: tokenizers add at least one special token")
-    rows = _packed_rows(lengths, cfg.max_seq_len, cfg.slots) if cfg.packing else _bucket_rows(lengths, cfg)
+    rows = _packed_rows(lengths, cfg.max_seq_len, cfg.slots) if cfg.packing else _bucket_rows(lengths)
     for bucket, batch_rows in _batches_of_rows(rows, lengths, cfg):
         yield _fill(batch_rows, bucket, token_ids, lengths)
 
@@ -155,7 +155,7 @@ def _packed_rows(lengths: np.ndarray, row_len: int, slots: int) -> list[list[int
     return rows
 
 
-def _bucket_rows(lengths: np.ndarray, cfg: BatchingConfig) -> list[list[int]]:
+def _bucket_rows(lengths: np.ndarray) -> list[list[int]]:
     """One sequence per row, shortest first (so each bucket's rows are contiguous)."""
     return [[int(i)] for i in np.argsort(lengths, kind="stable")]
 

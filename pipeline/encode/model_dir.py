@@ -239,6 +239,11 @@ def weights_files(path: Path) -> list[Path]:
     return [index, *shards]
 
 
+def _weight_shards(path: Path) -> list[Path]:
+    """The files that hold tensors: `weights_files` without the index."""
+    return [file for file in weights_files(path) if file.name != WEIGHTS_INDEX]
+
+
 def check_weights(spec: ModelSpec) -> None:
     """Every tensor the config implies is there with its shape, from the safetensors headers alone.
 
@@ -250,9 +255,7 @@ def check_weights(spec: ModelSpec) -> None:
     from safetensors import SafetensorError, safe_open
 
     shapes = {}
-    for file in weights_files(spec.path):
-        if file.name == WEIGHTS_INDEX:
-            continue
+    for file in _weight_shards(spec.path):
         try:
             with safe_open(file, framework="numpy") as f:
                 shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -271,9 +274,7 @@ def load_params(spec: ModelSpec) -> Params:
     from safetensors.numpy import load_file
 
     tensors = {}
-    for file in weights_files(spec.path):
-        if file.name == WEIGHTS_INDEX:
-            continue
+    for file in _weight_shards(spec.path):
         try:
             tensors |= load_file(file)
         except (SafetensorError, OSError, ValueError, TypeError) as e:
