@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -50,6 +51,49 @@ def run_on_cpu_devices(script: Path, out: Path, devices: int, timeout: float) ->
     )
     assert child.returncode == 0, child.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+def bert_tensor_shapes(config: dict, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """The tensors `BertModel` (and `XLMRobertaModel`) saves for a config.json, name -> shape, without the pooler."""
+    D, F, L = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    shapes = {
+        "embeddings.word_embeddings.weight": (config["vocab_size"], D),
+        "embeddings.position_embeddings.weight": (config["max_position_embeddings"], D),
+        "embeddings.token_type_embeddings.weight": (config["type_vocab_size"], D),
+        "embeddings.LayerNorm.weight": (D,),
+        "embeddings.LayerNorm.bias": (D,),
+    }
+    linears = {
+        "attention.self.query": (D, D),
+        "attention.self.key": (D, D),
+        "attention.self.value": (D, D),
+        "attention.output.dense": (D, D),
+        "intermediate.dense": (F, D),
+        "output.dense": (D, F),
+        "attention.output.LayerNorm": (D,),
+        "output.LayerNorm": (D,),
+    }
+    for i in range(L):
+        for module, shape in linears.items():
+            shapes[f"encoder.layer.{i}.{module}.weight"] = shape
+            shapes[f"encoder.layer.{i}.{module}.bias"] = shape[:1]
+    return {prefix + name: shape for name, shape in shapes.items()}
+
+
+def write_zero_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> int:
+    """A valid float32 safetensors file of zeros, written sparse: its size costs neither disk nor
+    time nor memory, as only its header is written. Returns the size of its tensors in bytes."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little") + encoded)
+        f.truncate(8 + len(encoded) + offset)
+    return offset
 
 
 def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:
