@@ -10,14 +10,12 @@ until the shape-only reading: `params_from_hf` over zero-stride views of every
 tensor, whose stacking of the layers allocates the model's size in float32.
 "after" is `check_weights`: the same reading over `param_shapes`' placeholders.
 
-Each measurement is a fresh Python process that resolves the model and imports
-safetensors first; it reports its RSS then (VmRSS), its peak RSS after the
-check (VmHWM) and the check's wall and CPU time. The peak is VmHWM, not
-ru_maxrss: a child's ru_maxrss starts at its parent's peak (Linux carries the
-old memory map's high-water mark over an exec, and subprocess starts children
-with vfork), so it would report this script's own peak. Rounds alternate
-the models and, within a model, the order of before and after. Never run as a
-test; results go in BENCHMARKS.md.
+Each measurement is a fresh Python process (`measure_in_child` of
+tests/support.py) that resolves the model and imports safetensors first; it
+reports its RSS then (VmRSS), its peak RSS after the check (VmHWM, not
+ru_maxrss, which a child inherits from its parent: see there) and the check's
+CPU time. Rounds alternate the models and, within a model, the order of before
+and after. Never run as a test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -37,67 +34,36 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 
-from machine import cpu_description  # noqa: E402  (bench/machine.py)
+# bench/machine.py and tests/support.py, found through the path above.
+from machine import cpu_description  # noqa: E402
 
 from pipeline.encode import model_dir  # noqa: E402
 
-from support import bert_tensor_shapes, write_zero_safetensors  # noqa: E402  (tests/support.py)
+from support import XLM_ROBERTA_LARGE, bert_tensor_shapes, measure_in_child, write_zero_safetensors  # noqa: E402
 
 FAMILIES = REPO / "tests" / "fixtures" / "families"
 MODES = ("before", "after")
-# bge-m3's config.json: XLM-RoBERTa large.
-BGE_M3 = {
-    "model_type": "xlm-roberta",
-    "vocab_size": 250002,
-    "hidden_size": 1024,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "intermediate_size": 4096,
-    "max_position_embeddings": 8194,
-    "type_vocab_size": 1,
-    "pad_token_id": 1,
-}
-
 MEASURE = """
-import json, sys, time
 import numpy as np
 import safetensors  # noqa: F401  imported before the measurement by both checks
 from kernels.encoders import params_from_hf
 from pipeline.encode import model_dir
 
-def status(key):
-    with open("/proc/self/status") as f:
-        return 1024 * int(next(line for line in f if line.startswith(key + ":")).split()[1])
-
-spec = model_dir.resolve(sys.argv[1])
-before = status("VmRSS")
-wall, cpu = time.perf_counter(), time.process_time()
-if sys.argv[2] == "after":
-    model_dir.check_weights(spec)
-else:
+def check_before(spec):
     views = {name: np.broadcast_to(np.float32(0), shape) for name, shape in model_dir.tensor_shapes(spec).items()}
     params_from_hf(views, spec.arch)
-wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print("BENCH", json.dumps({"rss_before": before, "peak": status("VmHWM"), "wall_s": wall, "cpu_s": cpu}))
+
+spec = model_dir.resolve(sys.argv[1])
+measured(lambda: model_dir.check_weights(spec) if sys.argv[2] == "after" else check_before(spec))
 """
-
-
-def measure(path: Path, mode: str) -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(path), mode], capture_output=True, text=True, cwd=REPO, timeout=600
-    )
-    line = next((out for out in result.stdout.splitlines() if out.startswith("BENCH ")), None)
-    if line is None:
-        raise RuntimeError(f"measuring {mode} on {path} failed: {result.stderr[-3000:]}")
-    return json.loads(line[len("BENCH ") :])
 
 
 def bge_m3_shaped(root: Path) -> Path:
     path = root / "xlm-roberta-large"
     path.mkdir()
-    (path / "config.json").write_text(json.dumps(BGE_M3))
+    (path / "config.json").write_text(json.dumps(XLM_ROBERTA_LARGE))
     shutil.copy(FAMILIES / "xlm-roberta-mlm-prefix" / "tokenizer.json", path)
-    write_zero_safetensors(path / "model.safetensors", bert_tensor_shapes(BGE_M3))
+    write_zero_safetensors(path / "model.safetensors", bert_tensor_shapes(XLM_ROBERTA_LARGE))
     return path
 
 
@@ -127,7 +93,7 @@ def main() -> None:
         for r in range(args.rounds):
             for name, path in models.items():
                 for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                    runs[name, mode].append(measure(path, mode))
+                    runs[name, mode].append(measure_in_child(MEASURE, str(path), mode))
             print(f"round {r + 1} done", file=sys.stderr, flush=True)
         sizes = {name: weights_mb(path) for name, path in models.items()}
 

@@ -7,20 +7,7 @@ import pytest
 
 from kernels import encoders
 
-from support import bert_tensor_shapes
-
-# bge-m3's config.json: XLM-RoBERTa large, 568M parameters.
-XLM_ROBERTA_LARGE = {
-    "model_type": "xlm-roberta",
-    "vocab_size": 250002,
-    "hidden_size": 1024,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "intermediate_size": 4096,
-    "max_position_embeddings": 8194,
-    "type_vocab_size": 1,
-    "pad_token_id": 1,
-}
+from support import XLM_ROBERTA_LARGE, bert_tensor_shapes
 
 
 def test_a_large_models_shapes_are_read_without_allocating_its_weights():

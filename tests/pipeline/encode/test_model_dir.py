@@ -1,14 +1,12 @@
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 
-from support import REPO, bert_tensor_shapes, write_zero_safetensors
+from support import bert_tensor_shapes, measure_in_child, write_zero_safetensors
 
 
 def test_default_model_is_verified_and_described():
@@ -80,27 +78,16 @@ def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
         model_dir.resolve(None)
 
 
-# In a fresh process: the peak RSS during check_weights over the RSS just before it. The peak is the
-# process's own VmHWM: its ru_maxrss starts at the parent's peak (Linux carries the old memory map's
-# high-water mark over an exec, and subprocess starts children with vfork).
-_CHECK_WEIGHTS_RSS = """
-import sys
+_CHECK_WEIGHTS = """
 from pipeline.encode import model_dir
-
-def status(key):
-    with open("/proc/self/status") as f:
-        return 1024 * int(next(line for line in f if line.startswith(key + ":")).split()[1])
-
 spec = model_dir.resolve(sys.argv[1])
-before = status("VmRSS")
-model_dir.check_weights(spec)
-print(status("VmHWM") - before)
+measured(lambda: model_dir.check_weights(spec))
 """
 
 
 def test_checking_the_weights_holds_nothing_of_their_size(tmp_path):
-    """A BERT-base checkpoint (440 MB of float32 zeros, written sparse): the driver's check grows
-    its peak RSS by less than a tenth of that. Stacking the layers, as a load does, would take 340 MB."""
+    """A BERT-base checkpoint (440 MB of float32 zeros, written sparse): in a fresh process, the driver's
+    check grows the peak RSS by less than a tenth of that. Stacking the layers, as a load does, takes 340 MB."""
     config = {
         "model_type": "bert",
         "vocab_size": 30522,
@@ -116,11 +103,8 @@ def test_checking_the_weights_holds_nothing_of_their_size(tmp_path):
     (path / "config.json").write_text(json.dumps(config))
     shutil.copy(model_dir.default_model_dir() / "tokenizer.json", path)
     weights_bytes = write_zero_safetensors(path / "model.safetensors", bert_tensor_shapes(config))
-    child = subprocess.run(
-        [sys.executable, "-c", _CHECK_WEIGHTS_RSS, str(path)], cwd=REPO, capture_output=True, text=True, timeout=300
-    )
-    assert child.returncode == 0, child.stderr[-4000:]
-    growth = int(child.stdout)
+    child = measure_in_child(_CHECK_WEIGHTS, str(path), timeout=300)
+    growth = child["peak"] - child["rss_before"]
     assert weights_bytes > 4e8
     assert growth < weights_bytes / 10, (
         f"peak RSS grew {growth / 1e6:.0f} MB for {weights_bytes / 1e6:.0f} MB of weights"
