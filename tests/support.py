@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -50,6 +51,95 @@ def run_on_cpu_devices(script: Path, out: Path, devices: int, timeout: float) ->
     )
     assert child.returncode == 0, child.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+# bge-m3's config.json: XLM-RoBERTa large, 568M parameters.
+XLM_ROBERTA_LARGE = {
+    "model_type": "xlm-roberta",
+    "vocab_size": 250002,
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "intermediate_size": 4096,
+    "max_position_embeddings": 8194,
+    "type_vocab_size": 1,
+    "pad_token_id": 1,
+}
+
+
+def bert_tensor_shapes(config: dict, prefix: str = "") -> dict[str, tuple[int, ...]]:
+    """The tensors `BertModel` (and `XLMRobertaModel`) saves for a config.json, name -> shape, without the pooler."""
+    D, F, L = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    shapes = {
+        "embeddings.word_embeddings.weight": (config["vocab_size"], D),
+        "embeddings.position_embeddings.weight": (config["max_position_embeddings"], D),
+        "embeddings.token_type_embeddings.weight": (config["type_vocab_size"], D),
+        "embeddings.LayerNorm.weight": (D,),
+        "embeddings.LayerNorm.bias": (D,),
+    }
+    linears = {
+        "attention.self.query": (D, D),
+        "attention.self.key": (D, D),
+        "attention.self.value": (D, D),
+        "attention.output.dense": (D, D),
+        "intermediate.dense": (F, D),
+        "output.dense": (D, F),
+        "attention.output.LayerNorm": (D,),
+        "output.LayerNorm": (D,),
+    }
+    for i in range(L):
+        for module, shape in linears.items():
+            shapes[f"encoder.layer.{i}.{module}.weight"] = shape
+            shapes[f"encoder.layer.{i}.{module}.bias"] = shape[:1]
+    return {prefix + name: shape for name, shape in shapes.items()}
+
+
+def write_zero_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> int:
+    """A valid float32 safetensors file of zeros, written sparse: its size costs neither disk nor
+    time nor memory, as only its header is written. Returns the size of its tensors in bytes."""
+    header, offset = {}, 0
+    for name, shape in shapes.items():
+        size = 4 * math.prod(shape)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(len(encoded).to_bytes(8, "little") + encoded)
+        f.truncate(8 + len(encoded) + offset)
+    return offset
+
+
+_MEASURED = """
+import json, sys, time
+
+def status(key):
+    with open("/proc/self/status") as f:
+        return 1024 * int(next(line for line in f if line.startswith(key + ":")).split()[1])
+
+def measured(work):
+    rss_before, wall, cpu = status("VmRSS"), time.perf_counter(), time.process_time()
+    work()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    print("MEASURED", json.dumps({"rss_before": rss_before, "peak": status("VmHWM"), "wall_s": wall, "cpu_s": cpu}))
+"""
+
+
+def measure_in_child(code: str, *args: str, timeout: float = 600) -> dict:
+    """Runs `code` with `args` in a fresh Python process at the repository root. `code` calls
+    `measured(work)` once; returned is what that measured of `work()`: rss_before (VmRSS just before,
+    bytes), peak (VmHWM after: the process's peak RSS), wall_s and cpu_s.
+
+    The peak is VmHWM, not ru_maxrss: a child's ru_maxrss starts at its parent's peak (Linux carries
+    the old memory map's high-water mark over an exec, and subprocess starts children with vfork).
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", _MEASURED + code, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+    line = next((out for out in result.stdout.splitlines() if out.startswith("MEASURED ")), None)
+    if result.returncode or line is None:
+        raise RuntimeError(f"the measured child failed: {result.stderr[-4000:]}")
+    return json.loads(line.split(" ", 1)[1])
 
 
 def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:

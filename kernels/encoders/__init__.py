@@ -2,19 +2,22 @@
 
     cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
+    shapes = param_shapes(tensor_shapes, cfg)  # the same pytree's shapes, from the checkpoint's shapes alone
     hidden_BTD = forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=..., rules=...)
     pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # mean / cls / lasttoken per segment
     param_axes(params), cast_params(params, dtype), normalize(x), check_window(cfg, n_tokens)
     init_params(cfg)                           # random weights in the same layout, for benchmarks
 
 Each family module reads its config.json layouts and tensor names into the
-layout of `_blocks`, whose one `forward` runs them all. The family comes from
+layout of `_blocks`, whose one `forward` runs them all: `read(ck)` over a
+`_checkpoint.Checkpoint` of the weights, or over a `ShapeCheckpoint` of their
+shapes, which checks a model without holding its weights. The family comes from
 config.json's `model_type`, or, without one, from `architectures`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -36,6 +39,7 @@ from kernels.encoders._blocks import (
     logical,
     param_axes,
 )
+from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
 from kernels.encoders._pooling import POOLING_MODES, normalize, pool
 
 FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, xlm_roberta, modernbert, nomic_bert, gte)}
@@ -83,10 +87,23 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     return _family(config).config_from_hf(config)
 
 
+def _read(kind: type[Checkpoint], tensors: Mapping[str, Any], cfg: ModelConfig) -> Params:
+    family = FAMILIES[cfg.family]
+    return family.read(kind(tensors, [family.ANCHOR], cfg))
+
+
 def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
     """A state dict (name -> numpy array, any float dtype) -> the float32 pytree `forward` takes.
     CheckpointMismatch for missing tensors or shapes that contradict the config."""
-    return FAMILIES[cfg.family].params_from_hf(tensors, cfg)
+    return _read(Checkpoint, tensors, cfg)
+
+
+def param_shapes(tensor_shapes: Mapping[str, Sequence[int]], cfg: ModelConfig) -> dict[str, dict[str, tuple]]:
+    """The shape of every array `params_from_hf` would make, from the checkpoint's tensor shapes alone
+    (safetensors headers): the same names looked up and the same CheckpointMismatch raised, with
+    nothing allocated in proportion to the weights."""
+    placeholders = _read(ShapeCheckpoint, tensor_shapes, cfg)
+    return {group: {name: array.shape for name, array in arrays.items()} for group, arrays in placeholders.items()}
 
 
 __all__ = [
@@ -109,6 +126,7 @@ __all__ = [
     "logical",
     "normalize",
     "param_axes",
+    "param_shapes",
     "params_from_hf",
     "pool",
 ]

@@ -7,6 +7,12 @@ whatever stands before the family's anchor tensor, and tensors outside it (MLM
 heads, poolers) are never read. Which biases a module has comes from the config
 (`ModelConfig.biases`), so a checkpoint that lacks one the config promises is
 refused rather than run without it.
+
+Each family reads a `Checkpoint` with one function, `read(ck) -> Params`, which
+`kernels.encoders` calls on the weights (`Checkpoint`) or on their shapes alone
+(`ShapeCheckpoint`): the same names, the same shape checks and the same errors,
+so that a driver can check a model from its safetensors headers without holding
+its weights.
 """
 
 from __future__ import annotations
@@ -151,7 +157,28 @@ class Checkpoint:
             **self.norm(p + "post_mlp_layernorm", "ln2", "LD"),
         }
 
+    def stack(self, layers: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """One dict per layer, named as stacked (`q_LDNH` holding one layer's DNH) -> the stacked arrays."""
+        return {name: self._stack([layer[name] for layer in layers]) for name in layers[0]}
 
-def stack_layers(layers: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """One dict per layer, named as stacked (`q_LDNH` holding one layer's DNH) -> the stacked arrays."""
-    return {name: np.stack([layer[name] for layer in layers]) for name in layers[0]}
+    def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
+        return np.stack(arrays)
+
+
+def _placeholder(shape: tuple[int, ...]) -> np.ndarray:
+    """A read-only float32 array of `shape` that occupies one float: every stride 0. Transposes,
+    reshapes and slices of it are views, so a family's reader runs over it without allocating."""
+    return np.broadcast_to(np.float32(0), shape)
+
+
+class ShapeCheckpoint(Checkpoint):
+    """A checkpoint known by its tensors' shapes alone (safetensors headers): every tensor and every
+    parameter read from it is a `_placeholder`, so reading one checks the whole model's names and shapes
+    and allocates nothing proportional to its weights."""
+
+    def __init__(self, shapes: Mapping[str, Sequence[int]], anchors: Sequence[str], cfg: ModelConfig):
+        super().__init__({name: _placeholder(tuple(shape)) for name, shape in shapes.items()}, anchors, cfg)
+
+    def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
+        # `get` gave every layer's tensors the shapes the config implies, so the layers agree.
+        return _placeholder((len(arrays), *arrays[0].shape))

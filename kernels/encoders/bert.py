@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kernels.encoders._blocks import LayerKind, ModelConfig, Params, UnsupportedModel, bert_dims
-from kernels.encoders._checkpoint import Checkpoint, stack_layers
+from kernels.encoders._checkpoint import Checkpoint
 
 FAMILY = "bert"
 ANCHOR = "embeddings.word_embeddings.weight"
@@ -38,9 +38,9 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     )
 
 
-def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
+def read(ck: Checkpoint) -> Params:
     """BERT-layout tensors (also XLM-RoBERTa's, under `roberta.`) -> the shared pytree."""
-    ck = Checkpoint(tensors, [ANCHOR], cfg)
+    cfg = ck.cfg
 
     def layer(i: int) -> dict[str, np.ndarray]:
         p = f"encoder.layer.{i}."
@@ -60,5 +60,5 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
             "embeddings.LayerNorm",
             position="embeddings.position_embeddings",
         ),
-        "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
+        "layers": ck.stack([layer(i) for i in range(cfg.num_layers)]),
     }

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
-from kernels.encoders._checkpoint import Checkpoint, stack_layers
+from kernels.encoders._checkpoint import Checkpoint
 
 FAMILY = "gte"
 ANCHOR = "embeddings.word_embeddings.weight"
@@ -60,8 +60,8 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     )
 
 
-def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
-    ck = Checkpoint(tensors, [ANCHOR], cfg)
+def read(ck: Checkpoint) -> Params:
+    cfg = ck.cfg
     hub = ck.has("encoder.layer.0.attn_ln.weight")
 
     def layer(i: int) -> dict[str, np.ndarray]:
@@ -87,5 +87,5 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
         "embed": ck.embeddings(
             "embeddings.word_embeddings", "embeddings.token_type_embeddings", "embeddings.LayerNorm"
         ),
-        "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
+        "layers": ck.stack([layer(i) for i in range(cfg.num_layers)]),
     }

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kernels.encoders._blocks import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
-from kernels.encoders._checkpoint import Checkpoint, stack_layers
+from kernels.encoders._checkpoint import Checkpoint
 
 FAMILY = "modernbert"
 ANCHOR = "embeddings.tok_embeddings.weight"
@@ -84,8 +84,8 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     )
 
 
-def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
-    ck = Checkpoint(tensors, [ANCHOR], cfg)
+def read(ck: Checkpoint) -> Params:
+    cfg = ck.cfg
 
     def layer(i: int) -> dict[str, np.ndarray]:
         p = f"layers.{i}."
@@ -107,6 +107,6 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
 
     return {
         "embed": ck.embeddings("embeddings.tok_embeddings", None, "embeddings.norm"),
-        "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
+        "layers": ck.stack([layer(i) for i in range(cfg.num_layers)]),
         "final": ck.norm("final_norm", "ln", "D"),
     }

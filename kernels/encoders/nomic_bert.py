@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
-from kernels.encoders._checkpoint import Checkpoint, stack_layers
+from kernels.encoders._checkpoint import Checkpoint
 
 FAMILY = "nomic_bert"
 ANCHOR = "embeddings.word_embeddings.weight"
@@ -100,8 +100,8 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     return _contrastors_config(config) if "n_embd" in config else _transformers_config(config)
 
 
-def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:
-    ck = Checkpoint(tensors, [ANCHOR], cfg)
+def read(ck: Checkpoint) -> Params:
+    cfg = ck.cfg
     contrastors = ck.has("emb_ln.weight")
 
     def layer(i: int) -> dict[str, np.ndarray]:
@@ -121,5 +121,5 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Param
     embed_norm = "emb_ln" if contrastors else "embeddings.LayerNorm"
     return {
         "embed": ck.embeddings("embeddings.word_embeddings", "embeddings.token_type_embeddings", embed_norm),
-        "layers": stack_layers([layer(i) for i in range(cfg.num_layers)]),
+        "layers": ck.stack([layer(i) for i in range(cfg.num_layers)]),
     }

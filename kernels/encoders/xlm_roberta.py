@@ -16,6 +16,7 @@ from kernels.encoders import bert
 from kernels.encoders._blocks import ModelConfig
 
 FAMILY = "xlm-roberta"
+ANCHOR = bert.ANCHOR
 
 
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
@@ -30,4 +31,4 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     )
 
 
-params_from_hf = bert.params_from_hf
+read = bert.read

@@ -19,9 +19,7 @@ import hashlib
 import json
 from pathlib import Path
 
-import numpy as np
-
-from kernels.encoders import ModelConfig, Params, config_from_hf, params_from_hf
+from kernels.encoders import ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
 from pipeline.encode import hub
 from pipeline.errors import ConfigError, ModelError, UserError
 from pipeline.io.fetch import fetch_dir
@@ -244,14 +242,8 @@ def _weight_shards(path: Path) -> list[Path]:
     return [file for file in weights_files(path) if file.name != WEIGHTS_INDEX]
 
 
-def check_weights(spec: ModelSpec) -> None:
-    """Every tensor the config implies is there with its shape, from the safetensors headers alone.
-
-    The job checks this on the driver, so that a model whose weights contradict its
-    config fails with one line before any actor starts. No weights are read: each
-    tensor is a zero-stride view of its shape; only the stacking of layers allocates
-    (the model's size in float32, briefly).
-    """
+def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape, from the safetensors headers of its weight files (no weights read)."""
     from safetensors import SafetensorError, safe_open
 
     shapes = {}
@@ -261,8 +253,19 @@ def check_weights(spec: ModelSpec) -> None:
                 shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
         except (SafetensorError, OSError, ValueError) as e:
             raise ModelError(f"cannot read {file}: {e}") from None
+    return shapes
+
+
+def check_weights(spec: ModelSpec) -> None:
+    """Every tensor the config implies is there with its shape, from the safetensors headers alone.
+
+    The job checks this on the driver, so that a model whose weights contradict its
+    config fails with one line before any actor starts. Neither the weights nor
+    anything of their size is held: `param_shapes` reads the checkpoint as
+    `load_params` does, over shapes.
+    """
     try:
-        params_from_hf({name: np.broadcast_to(np.float32(0), shape) for name, shape in shapes.items()}, spec.arch)
+        param_shapes(tensor_shapes(spec), spec.arch)
     except ValueError as e:
         raise ModelError(f"{spec.path}: {e}") from None
 

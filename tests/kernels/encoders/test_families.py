@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -184,6 +185,15 @@ def test_random_params_have_the_checkpoints_layout(name):
     assert shapes(encoders.init_params(m.spec.arch)) == shapes(m.params)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_the_shape_check_reads_what_the_loader_reads(name):
+    """From the safetensors headers alone: every parameter the loaded weights have, with its shape."""
+    m = load(name)
+    model_dir.check_weights(m.spec)
+    shapes = encoders.param_shapes(model_dir.tensor_shapes(m.spec), m.spec.arch)
+    assert shapes == jax.tree.map(np.shape, m.params)
+
+
 def test_both_modernbert_config_layouts_describe_their_layers():
     hub, current = load("modernbert-hub-config").spec.arch, load("modernbert-layer-types").spec.arch
     assert [k.window for k in hub.layer_kinds] == [None, 8, 8, None]
@@ -214,6 +224,17 @@ def broken_copy(tmp_path, name: str) -> Path:
     return path
 
 
+def refusal(path: Path) -> str:
+    """The message of the ModelError that the driver's shape check and the actors' load both raise, alike."""
+    spec = model_dir.resolve(str(path))
+    with pytest.raises(ModelError) as checked:
+        model_dir.check_weights(spec)
+    with pytest.raises(ModelError) as loaded:
+        model_dir.load_params(spec)
+    assert str(checked.value) == str(loaded.value)
+    return str(checked.value)
+
+
 def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
     with pytest.raises(encoders.UnsupportedModel) as e:
         encoders.config_from_hf({"model_type": "t5", "architectures": ["T5EncoderModel"]})
@@ -241,8 +262,22 @@ def test_missing_tensors_are_named(tmp_path, name, missing, reported):
     tensors = load_file(path / "model.safetensors")
     del tensors[missing]
     save_file(tensors, str(path / "model.safetensors"))
-    with pytest.raises(ModelError, match=f"lack tensor '{reported}', which a {load(name).spec.arch.family} model"):
-        model_dir.load_params(model_dir.resolve(str(path)))
+    assert f"lack tensor '{reported}', which a {load(name).spec.arch.family} model" in refusal(path)
+
+
+@pytest.mark.parametrize(
+    "name, change, reported",
+    [
+        ("bert-pooler", {"num_hidden_layers": 4}, "encoder.layer.3.attention.self.query.weight"),
+        ("nomic-contrastors", {"n_layer": 3}, "encoder.layers.2.attn.Wqkv.weight"),
+        ("modernbert-hub-config", {"num_hidden_layers": 5}, "layers.4.attn_norm.weight"),
+    ],
+)
+def test_more_layers_than_the_weights_hold_are_refused(tmp_path, name, change, reported):
+    path = broken_copy(tmp_path, name)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | change))
+    assert f"the weights lack tensor '{reported}'" in refusal(path)
 
 
 def test_a_missing_shard_is_named(tmp_path):
@@ -275,8 +310,7 @@ def test_shapes_that_contradict_the_config_are_refused(tmp_path, name, change, m
     path = broken_copy(tmp_path, name)
     config = json.loads((path / "config.json").read_text())
     (path / "config.json").write_text(json.dumps(config | change))
-    with pytest.raises(ModelError, match=message):
-        model_dir.load_params(model_dir.resolve(str(path)))
+    assert re.search(message, refusal(path))
 
 
 def test_a_window_longer_than_the_positions_is_refused():

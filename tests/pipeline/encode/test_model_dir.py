@@ -6,6 +6,8 @@ import pytest
 from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 
+from support import bert_tensor_shapes, measure_in_child, write_zero_safetensors
+
 
 def test_default_model_is_verified_and_described():
     spec = model_dir.resolve(None)
@@ -74,3 +76,36 @@ def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
     monkeypatch.setattr(model_dir, "default_model_dir", lambda: tampered)
     with pytest.raises(ModelError, match="expected 53aa5117"):
         model_dir.resolve(None)
+
+
+_CHECK_WEIGHTS = """
+from pipeline.encode import model_dir
+spec = model_dir.resolve(sys.argv[1])
+measured(lambda: model_dir.check_weights(spec))
+"""
+
+
+def test_checking_the_weights_holds_nothing_of_their_size(tmp_path):
+    """A BERT-base checkpoint (440 MB of float32 zeros, written sparse): in a fresh process, the driver's
+    check grows the peak RSS by less than a tenth of that. Stacking the layers, as a load does, takes 340 MB."""
+    config = {
+        "model_type": "bert",
+        "vocab_size": 30522,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 512,
+        "type_vocab_size": 2,
+    }
+    path = tmp_path / "bert-base"
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps(config))
+    shutil.copy(model_dir.default_model_dir() / "tokenizer.json", path)
+    weights_bytes = write_zero_safetensors(path / "model.safetensors", bert_tensor_shapes(config))
+    child = measure_in_child(_CHECK_WEIGHTS, str(path), timeout=300)
+    growth = child["peak"] - child["rss_before"]
+    assert weights_bytes > 4e8
+    assert growth < weights_bytes / 10, (
+        f"peak RSS grew {growth / 1e6:.0f} MB for {weights_bytes / 1e6:.0f} MB of weights"
+    )
