@@ -54,24 +54,20 @@ DRAIN_S = 10.0
 @contextlib.contextmanager
 def known_ray_noise_dropped() -> Iterator[None]:
     """While the block runs, fd 2 drops KNOWN_LINE and passes everything else through, unchanged and at once."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    sys.stderr.flush()  # what Python holds for the real stderr goes there now
     try:
         real = os.dup(2)
-    except OSError:  # no stderr at all: nothing to filter
+    except OSError:  # no stderr at all
         yield
         return
-    if os.isatty(real):
-        source, writer = os.openpty()
-        tty.setraw(writer)  # bytes pass as written: no "\n" -> "\r\n" on the way
-        fcntl.ioctl(writer, termios.TIOCSWINSZ, fcntl.ioctl(real, termios.TIOCGWINSZ, b"\0" * 8))
-    else:
-        source, writer = os.pipe()
-    # -I: stdlib only, and this file's folder (whose `io` package would shadow the stdlib's) stays off sys.path.
-    child = subprocess.Popen([sys.executable, "-I", __file__], stdin=source, stdout=real, stderr=real)
+    try:
+        child, writer = _start_child(real)
+    except OSError:  # no descriptors or processes to spare: the run goes on unfiltered
+        os.close(real)
+        yield
+        return
     os.dup2(writer, 2)
     os.close(writer)
-    os.close(source)
     try:
         yield
     finally:
@@ -81,6 +77,24 @@ def known_ray_noise_dropped() -> Iterator[None]:
         with contextlib.suppress(subprocess.TimeoutExpired):
             # A process started during the run may still hold the pipe: the child then ends when it does.
             child.wait(timeout=DRAIN_S)
+
+
+def _start_child(real: int) -> tuple[subprocess.Popen, int]:
+    """The child that drains into `real`, and the write end of what it drains."""
+    if os.isatty(real):
+        source, writer = os.openpty()
+        tty.setraw(writer)  # bytes pass as written: no "\n" -> "\r\n" on the way
+        fcntl.ioctl(writer, termios.TIOCSWINSZ, fcntl.ioctl(real, termios.TIOCGWINSZ, b"\0" * 8))
+    else:
+        source, writer = os.pipe()
+    try:
+        # -I: stdlib only, and this file's folder (whose `io` package would shadow the stdlib's) stays off sys.path.
+        return subprocess.Popen([sys.executable, "-I", __file__], stdin=source, stdout=real, stderr=real), writer
+    except OSError:
+        os.close(writer)
+        raise
+    finally:
+        os.close(source)
 
 
 def drain(source: int, sink: int) -> None:

@@ -111,7 +111,7 @@ with known_ray_noise_dropped():
 @pytest.mark.parametrize("raises", [False, True])
 def test_fd_2_is_put_back_when_the_block_returns_or_raises(capfd, raises):
     """In this process: fd 2 is pytest's capture file before, during (through the child) and after."""
-    before = os.fstat(2)
+    before, open_fds = os.fstat(2), sorted(os.listdir("/proc/self/fd"))
     with pytest.raises(RuntimeError) if raises else contextlib.nullcontext():
         with known_ray_noise_dropped():
             assert os.fstat(2).st_ino != before.st_ino
@@ -120,8 +120,19 @@ def test_fd_2_is_put_back_when_the_block_returns_or_raises(capfd, raises):
                 raise RuntimeError("the run failed")
     after = os.fstat(2)
     assert (after.st_dev, after.st_ino) == (before.st_dev, before.st_ino)
+    assert sorted(os.listdir("/proc/self/fd")) == open_fds  # the pipe's ends and the saved stderr closed
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "inside\nafter\n"
+
+
+def test_a_filter_that_cannot_start_leaves_the_run_unfiltered(capfd, monkeypatch):
+    """No process to be had (here: no Python where sys.executable says): the block runs, with fd 2 as it was."""
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    before = os.fstat(2)
+    with known_ray_noise_dropped():
+        assert os.fstat(2).st_ino == before.st_ino
+        os.write(2, KNOWN.encode())
+    assert capfd.readouterr().err == KNOWN
 
 
 def test_a_terminal_stays_a_terminal_of_the_same_size_and_bytes_pass_unchanged():
