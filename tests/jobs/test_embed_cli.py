@@ -13,7 +13,7 @@ import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' wei
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from support import REPO, SAMPLES
+from support import REPO, SAMPLES, terminal_output
 
 EMBED = [sys.executable, str(REPO / "jobs" / "embed.py")]
 
@@ -139,31 +139,24 @@ def test_demo_corpus_end_to_end_prints_docembeds_lines_only(tmp_path):
 
 
 def test_a_terminal_gets_one_live_progress_line(tmp_path):
-    """On a pty: docembed's line redrawn in place (Ray's bars off), then the summary."""
+    """On a pty, stdout and stderr both, as in a person's shell: docembed's line redrawn in place (Ray's bars
+    off), then the summary, and no ray-project/ray#53727 line (stderr stays a terminal through the filter)."""
     controller, terminal = pty.openpty()
     with subprocess.Popen(
         EMBED + ["--input", str(SAMPLES / "text"), "--output", str(tmp_path / "out")],
         stdout=terminal,
-        stderr=subprocess.PIPE,
+        stderr=terminal,
         cwd=REPO,
     ) as job:
         os.close(terminal)
-        shown = b""
-        while chunk := _read(controller):
-            shown += chunk
-        assert job.wait(timeout=60) == 0, job.stderr.read()[-3000:]
+        shown = terminal_output(controller)
+        assert job.wait(timeout=60) == 0, shown[-3000:]
     text = shown.decode()
+    assert "issues/53727" not in text, text
     assert "\r\x1b[Kdocembed: progress" in text and "docembed: 5 inputs (0 skipped): 5 embedded" in text
     progress_rows = [row for row in text.replace("\r\n", "\n").split("\n") if "docembed: progress" in row]
     assert len(progress_rows) == 1, text  # every redraw stays on one terminal row
     assert "Running Dataset" not in text and "it/s]" not in text  # no Ray progress bars beside it
-
-
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, 65536)
-    except OSError:  # the job closed the terminal
-        return b""
 
 
 FAMILIES = REPO / "tests" / "fixtures" / "families"

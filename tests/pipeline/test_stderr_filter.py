@@ -20,7 +20,7 @@ import pytest
 
 from pipeline.stderr_filter import known_ray_noise_dropped
 
-from support import REPO
+from support import REPO, terminal_output
 
 # As Ray 2.60's driver printed it in `make demo`.
 KNOWN = (
@@ -149,19 +149,10 @@ with known_ray_noise_dropped():
         stderr=terminal,
     ) as child:
         os.close(terminal)
-        shown = b""
-        while chunk := _read(controller):
-            shown += chunk
+        shown = terminal_output(controller)
         out, _ = child.communicate(timeout=60)
     assert out.decode().split() == ["True", "(111,", "33)"]
     assert shown == b"one\r\ntwo\r\n", shown  # the outer terminal's own "\r": one per line, not two
-
-
-def _read(fd: int) -> bytes:
-    try:
-        return os.read(fd, 65536)
-    except OSError:  # the child closed the terminal
-        return b""
 
 
 @pytest.mark.integration
