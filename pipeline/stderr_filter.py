@@ -43,8 +43,9 @@ KNOWN_LINE = re.compile(
     rb"core_worker\.cc:\d+: Actor with class name: 'MapWorker\(.*' and ID: '[0-9a-f]+' "
     rb"has constructor arguments in the object store and max_restarts > 0\..*ray-project/ray/issues/53727"
 )
-# An unfinished line that may still become the known one waits this long for the rest; Ray writes the
-# line in one write, so a tail that waited this long is someone else's (a progress bar) and is shown.
+# An unfinished line that may still become the known one (it starts with "[", as Ray's native lines do) waits
+# this long, and holds at most this many bytes; Ray writes the line in one write, so a tail that waited this
+# long is someone else's and is shown.
 HOLD_S = 0.2
 HOLD_BYTES = 65536
 # How long the end of a run waits for the child to show what is still in the pipe.
