@@ -44,6 +44,7 @@ from pipeline.report import ProgressLine, RunReport
 from pipeline.shutdown import Interrupted, interruptible
 from pipeline.stage_clock import Increment, RunTally
 from pipeline.stages import EXTRACT_BATCH, ChunkBlock, EncodeBlock, extract_block
+from pipeline.stderr_filter import known_ray_noise_dropped
 from pipeline.text.chunking import ChunkingConfig
 from pipeline.text.tokenizer import Tokenizer
 
@@ -79,7 +80,8 @@ class SendToTally:
     It holds the tally's name, not its handle: it is a constructor argument of
     the stages' actors, which Ray restarts with the arguments they were created
     with, and a handle is a reference Ray must keep alive for that (it logs
-    ray-project/ray#53727's error when an actor with restarts has one). A name
+    ray-project/ray#53727's error when an actor with restarts has one, and only
+    Ray Data's own is dropped from the console: pipeline.stderr_filter). A name
     is plain bytes in the creation task; each process looks the actor up once.
     """
 
@@ -194,7 +196,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     sink.check_writable(cfg.output)
 
     owns_ray = _init_ray(cfg.verbosity)
-    with interruptible():
+    # After Ray's start, so that the processes it starts never hold the filter's pipe.
+    with known_ray_noise_dropped(), interruptible():
         try:
             return _run_on_ray(cfg, started, spec, chunking, extract, inputs, skipped)
         except Interrupted:

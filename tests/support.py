@@ -160,6 +160,19 @@ def ray_log_files() -> list[Path]:
     return [p for p in Path(session, "logs").rglob("*") if p.is_file()]
 
 
+def terminal_output(controller: int) -> bytes:
+    """All that is shown on the pseudo-terminal of `controller` until every process holding its other end closes it."""
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the last holder closed it
+            return shown
+        if not chunk:
+            return shown
+        shown += chunk
+
+
 def assert_no_secrets(secrets: list[str], blobs: Iterable[tuple[str, bytes]]) -> int:
     """Fails naming the first blob (name, bytes) that holds any of `secrets`; returns how many were searched."""
     searched = 0

@@ -16,6 +16,7 @@ import ray
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.encode.placement import place_encoders
+from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
@@ -168,6 +169,19 @@ def test_demo_corpus_pads_little_and_compiles_few_programs(ray_local, tmp_path):
     assert max(map(len, report.compiled_shapes.values())) <= 3
 
 
+def test_fd_2_is_put_back_after_a_run_returns_and_after_it_raises(finished, corpus_dir, tmp_path):
+    """While a run is on Ray its fd 2 is pipeline.stderr_filter's pipe; a notebook's or a test's process
+    gets its own back, from a run that returns and from one that raises once it is on Ray."""
+    out, _ = finished
+    before = os.fstat(2)
+    assert run_job(JobConfig(inputs=(str(corpus_dir),), output=str(out), overlap=16)) is None
+    assert (os.fstat(2).st_dev, os.fstat(2).st_ino) == (before.st_dev, before.st_ino)
+    no_fit = EncoderConfig(mesh=(("data", 3), ("model", 5)))  # checked against Ray's nodes, so raised on Ray
+    with pytest.raises(ConfigError, match="needs 15 devices"):
+        run_job(JobConfig(inputs=(str(SAMPLES),), output=str(tmp_path / "out"), encoder=no_fit))
+    assert (os.fstat(2).st_dev, os.fstat(2).st_ino) == (before.st_dev, before.st_ino)
+
+
 def _short_texts(n: int) -> list[dict]:
     """n texts of every length from one word to a paragraph, cut from the sample texts' paragraphs."""
     words = " ".join(p.read_text() for p in sorted((SAMPLES / "text").iterdir())).split()
@@ -275,7 +289,7 @@ from pipeline.job import RunTallyActor, SendToTally
 from pipeline.stages import ChunkBlock, EncodeBlock
 from pipeline.text.chunking import ChunkingConfig
 
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another test's Ray
 tally = RunTallyActor.options(name="probe-tally").remote()
 record = SendToTally("probe-tally")
 # The stage actors with the constructor arguments the job gives them, and restarts on, as Ray Data starts them.
