@@ -37,7 +37,8 @@ def ray_init_args(verbosity: str) -> dict:
 
 
 def configure_ray_data(verbosity: str) -> None:
-    """Ray Data's progress display and console level for datasets made after this call."""
+    """Ray Data's progress display and console level for datasets made after this call, and Ray's
+    notices that say nothing is wrong: shown on verbose only."""
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = verbosity == "verbose"
@@ -45,16 +46,36 @@ def configure_ray_data(verbosity: str) -> None:
     for handler in logging.getLogger("ray.data").handlers:
         if not isinstance(handler, SessionFileHandler):
             handler.setLevel(console)
-            if verbosity != "verbose" and not any(isinstance(f, _BarsOffNotice) for f in handler.filters):
-                handler.addFilter(_BarsOffNotice())
+            _drop_notice(handler, BARS_OFF_NOTICE, verbosity)
+    _drop_notice(logging.getLogger(AUTH_NOTICE_LOGGER), AUTH_ON_NOTICE, verbosity)
 
 
-class _BarsOffNotice(logging.Filter):
-    """Ray Data warns once that its progress bars are off, telling how to turn them on: here they are
-    off because docembed shows its own progress (`--verbose` shows Ray's), so the notice is noise."""
+# Ray Data warns once that its progress bars are off, telling how to turn them on: here they are off
+# because docembed shows its own progress (`--verbose` shows Ray's).
+BARS_OFF_NOTICE = "Progress bars disabled"
+# A local Ray that finds ~/.ray/auth_token turns token authentication on and says so at WARNING: good
+# news, not a warning. (Its opposite, that authentication is off, stays: that one is a security warning.)
+AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+AUTH_ON_NOTICE = "Token authentication is enabled"
+
+
+class _Notice(logging.Filter):
+    """Drops the records whose message starts with `prefix`."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Progress bars disabled")
+        return not record.getMessage().startswith(self.prefix)
+
+
+def _drop_notice(where: logging.Logger | logging.Handler, prefix: str, verbosity: str) -> None:
+    """Drops the notice starting with `prefix` at `where`, off verbose; verbose shows it again."""
+    for f in [f for f in where.filters if isinstance(f, _Notice) and f.prefix == prefix]:
+        where.removeFilter(f)
+    if verbosity != "verbose":
+        where.addFilter(_Notice(prefix))
 
 
 def docembed_level(verbosity: str) -> int:

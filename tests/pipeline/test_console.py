@@ -46,6 +46,24 @@ def test_ray_datas_bars_off_notice_is_dropped_off_verbose_only():
         configure_ray_data("verbose")
 
 
+def test_rays_token_auth_on_notice_is_dropped_off_verbose_only_and_the_off_warning_stays():
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+
+    def shown(message: str) -> bool:
+        return logger.filter(logger.makeRecord(logger.name, logging.WARNING, "x", 1, message, (), None))
+
+    on = "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out."
+    off = "Token authentication is disabled for this Ray cluster. Anyone with network access ..."
+    try:
+        for verbosity in ("normal", "quiet", "normal"):
+            configure_ray_data(verbosity)
+            assert not shown(on) and shown(off)
+        configure_ray_data("verbose")
+        assert shown(on) and shown(off)
+    finally:
+        configure_ray_data("verbose")
+
+
 def test_live_line_redraws_one_row_and_ends_it(monkeypatch):
     monkeypatch.setenv("COLUMNS", "20")
     out = io.StringIO()
