@@ -2,7 +2,7 @@
 # Kernel contract tests, attention and encoder-family benchmarks on this host's GPU or TPU, in one file.
 #
 #   bench/accel.sh                 # on a GPU or TPU host (`make bench-accel`): about 10 minutes at most
-#   bench/accel.sh --cpu           # dry run here: the existing .venv, small sizes, a minute or two
+#   bench/accel.sh --cpu           # dry run here: the existing .venv, small sizes, under a minute
 #   bench/accel.sh --out FILE      # where the tables go (default out/bench-accel-<platform>-<date>.md)
 #
 # On an accelerator host it makes a venv of its own (.venv-accel-gpu or .venv-accel-tpu) with the
@@ -39,10 +39,11 @@ fi
 if [ "$mode" = cpu ]; then
     py=.venv/bin/python
     [ -x "$py" ] || { echo "bench/accel.sh: --cpu uses .venv: run \`make install-dev\` first" >&2; exit 2; }
-    # Small sizes: this proves the steps run and write their tables, nothing more.
-    tests=(tests/kernels/test_attention.py -k "reference or blockwise")
+    # Small sizes: this proves the steps run and write their tables, nothing more (`make test` runs
+    # tests/kernels in full, and every family's forward pass). Two families: learned positions and RoPE.
+    tests=(tests/kernels/test_attention.py -k reference)
     attention=(--impls reference,blockwise --seqs 128,512 --head-dims 32 --heads 2 --repeats 1)
-    families=(--windows 512 --tokens 1024 --rounds 1 --layers 1)
+    families=(--windows 512 --tokens 512 --rounds 1 --layers 1 --families bert-base,gte)
     limits=(300 300 300)
 else
     venv=".venv-accel-$mode"
