@@ -23,6 +23,7 @@ from kernels import encoders, sharding
 from kernels.attention import IMPLS as ATTENTION_IMPLS
 from kernels.sharding import ShardingRules
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
+from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.model_dir import ModelSpec, load_params
 from pipeline.errors import ConfigError
 
@@ -125,12 +126,15 @@ class Encoder:
         tail_halvings: int = BatchingConfig.tail_halvings,
         devices: Sequence[jax.Device] | None = None,
     ):
-        """`devices`: what the mesh is laid over; default this process's local devices.
+        """`devices`: what the mesh is laid over; default this process's local devices (on CPU, one per
+        core unless chosen before: see pipeline.encode.cpu_devices).
         `tail_halvings`: how far a call's last partial batch may shrink (see BatchingConfig)."""
         self.spec = spec
         self.cfg = cfg
         self.window, self.dim = check_shape(spec, cfg)
-        devices = jax.local_devices() if devices is None else devices
+        if devices is None:
+            use_cpu_devices()
+            devices = jax.local_devices()
         self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
 
