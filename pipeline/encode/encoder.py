@@ -28,10 +28,12 @@ from pipeline.encode.model_dir import ModelSpec, load_params
 from pipeline.errors import ConfigError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-# Per device at full length. On CPU, small batches keep a layer's activations
-# in cache (batch 8 measured ~20% faster than 32 per token on 2 cores);
-# accelerators want enough rows to fill their matrix units.
-DEFAULT_BATCH_SIZE = {"cpu": 8, "gpu": 64, "tpu": 64}
+# Per device at full length. On CPU, with one device per core
+# (pipeline.encode.cpu_devices), small batches keep a layer's activations in
+# cache: on 2 Intel Xeon cores 2 and 4 rows per device did 2-4% more tokens/s
+# than 8, and 16 was 15% slower (docs/accelerators.md); 4 keeps a job's calls
+# at 128 windows on 2 cores. Accelerators want enough rows to fill their matrix units.
+DEFAULT_BATCH_SIZE = {"cpu": 4, "gpu": 64, "tpu": 64}
 
 MeshShape = tuple[tuple[str, int], ...]
 
