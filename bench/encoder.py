@@ -163,7 +163,8 @@ def main() -> None:
         f"({torch.get_num_threads()} threads), XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
     )
     print(
-        f"docembed batch {embedder.encoder.batching.batch_size} per device at full length; "
+        f"docembed batch {embedder.encoder.batching.batch_size} per device at full length, "
+        f"{embedder.encoder.mesh.devices.size} {jax.default_backend()} device(s); "
         f"XLA float32 matmul rate {ceiling:.1f} GFLOP/s (1024^3, median of 3)"
     )
 

@@ -106,7 +106,7 @@ def measure_encoder(model: str | None, cfg: EncoderConfig, windows: list[list[in
     devices = encoder.mesh.devices.size
     platform = encoder.mesh.devices.flat[0].platform
     if platform == "cpu":
-        # XLA's CPU backend spreads one program over every core: the "chip" is the whole host.
+        # One XLA device per core (pipeline.encode.cpu_devices): the "chip" is the whole host.
         source = f"measured here on the CPU ({jax.local_device_count()} device(s), all cores)"
         return EncoderRate(rate, source, cpu_host=True)
     return EncoderRate(rate / devices, f"measured here on {devices} {platform} device(s)")

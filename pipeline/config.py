@@ -18,9 +18,10 @@ class Resources:
     """CPU encoder actors. (Accelerator encoders and the CPU stages are sized by
     pipeline.encode.placement.place_encoders from the cluster.)
 
-    A CPU encoder actor requests one CPU although XLA's CPU backend spreads one
-    program over every core it can find: the CPU stages share the rest of the
-    node's accounting and overlap with encoding instead of waiting for it.
+    A CPU encoder actor requests one CPU although its XLA devices, one per core
+    (pipeline.encode.cpu_devices), run on every core of its node: the CPU stages
+    share the rest of the node's accounting and overlap with encoding instead of
+    waiting for it.
     """
 
     encode_cpus: float = 1.0  # per CPU encoder actor

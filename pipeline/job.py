@@ -136,7 +136,14 @@ class JobGraph:
             )
             .map_batches(
                 EncodeBlock,
-                fn_constructor_args=(cfg.model, cfg.encoder, cfg.compile_cache, record, cfg.profile),
+                fn_constructor_args=(
+                    cfg.model,
+                    cfg.encoder,
+                    cfg.compile_cache,
+                    record,
+                    cfg.profile,
+                    placement.devices_per_actor if placement.kind == "cpu" else None,
+                ),
                 batch_size=encode_call_rows(placement, cfg.encoder),
                 batch_format="pyarrow",
                 # A dead encoder actor (killed, out of memory, its node gone) is restarted

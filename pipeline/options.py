@@ -76,7 +76,7 @@ OPTIONS = (
     Option(
         "--batch-size",
         int,
-        "sequences per device per batch at full length (default: 8 on CPU, 64 on GPU/TPU)",
+        "sequences per device per batch at full length (default: 4 on CPU, 64 on GPU/TPU)",
         metavar="N",
     ),
     Option(

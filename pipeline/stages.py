@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
+from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.errors import DocumentError, SandboxError
 from pipeline.extract import extract_pages
@@ -225,8 +226,13 @@ class EncodeBlock:
         compile_cache: str | None = None,
         record: Record | None = None,
         profile: str | None = None,
+        cpu_devices: int | None = None,
     ):
+        """`cpu_devices`: on a CPU encoder actor, the devices the driver placed it with
+        (`EncoderPlacement.devices_per_actor`); None elsewhere."""
         enable_compilation_cache(compile_cache)
+        if cpu_devices is not None:
+            use_cpu_devices(cpu_devices)
         self.encoder = Encoder(model_dir.resolve(model), encoder)
         self.schema = embedded_schema(self.encoder.dim)
         self.clock = StageClock(record)

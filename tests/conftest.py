@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.encode.cpu_devices import use_cpu_devices
+
 from support import CORPUS, REPO, SAMPLES, encrypt
+
+# The test process has the CPU devices any encoder process here has (one per core, see
+# pipeline.encode.cpu_devices), whichever test starts JAX first.
+use_cpu_devices()
 
 # Tests that run real Ray jobs, clusters, storage servers or notebooks: `make test` runs them,
 # `make test-fast` leaves them out. Whole folders and files, and single tests that start a job.

@@ -23,14 +23,17 @@ from kernels import encoders, sharding
 from kernels.attention import IMPLS as ATTENTION_IMPLS
 from kernels.sharding import ShardingRules
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
+from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.model_dir import ModelSpec, load_params
 from pipeline.errors import ConfigError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-# Per device at full length. On CPU, small batches keep a layer's activations
-# in cache (batch 8 measured ~20% faster than 32 per token on 2 cores);
-# accelerators want enough rows to fill their matrix units.
-DEFAULT_BATCH_SIZE = {"cpu": 8, "gpu": 64, "tpu": 64}
+# Per device at full length. On CPU, with one device per core
+# (pipeline.encode.cpu_devices), small batches keep a layer's activations in
+# cache: on 2 Intel Xeon cores 2 and 4 rows per device did 2-4% more tokens/s
+# than 8, and 16 was 15% slower (docs/accelerators.md); 4 keeps a job's calls
+# at 128 windows on 2 cores. Accelerators want enough rows to fill their matrix units.
+DEFAULT_BATCH_SIZE = {"cpu": 4, "gpu": 64, "tpu": 64}
 
 MeshShape = tuple[tuple[str, int], ...]
 
@@ -125,12 +128,15 @@ class Encoder:
         tail_halvings: int = BatchingConfig.tail_halvings,
         devices: Sequence[jax.Device] | None = None,
     ):
-        """`devices`: what the mesh is laid over; default this process's local devices.
+        """`devices`: what the mesh is laid over; default this process's local devices (on CPU, one per
+        core unless chosen before: see pipeline.encode.cpu_devices).
         `tail_halvings`: how far a call's last partial batch may shrink (see BatchingConfig)."""
         self.spec = spec
         self.cfg = cfg
         self.window, self.dim = check_shape(spec, cfg)
-        devices = jax.local_devices() if devices is None else devices
+        if devices is None:
+            use_cpu_devices()
+            devices = jax.local_devices()
         self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
 

@@ -13,10 +13,10 @@ is written.
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
+import math
 
 from kernels.attention import IMPLS, runs_on
+from pipeline.encode.cpu_devices import cpu_device_count
 from pipeline.encode.encoder import EncoderConfig, mesh_shape
 from pipeline.errors import ConfigError
 
@@ -63,8 +63,8 @@ def place_encoders(
     """Encoder actors for the accelerator `requested` on a cluster of `nodes` (as `ray.nodes()` lists them),
     and how wide the CPU stages beside them may grow.
 
-    `cpu_actors` overrides the count on CPU (default: one per node, since XLA's
-    CPU backend already spreads one program over all of a node's cores).
+    `cpu_actors` overrides the count on CPU (default: one per node, since one
+    actor's XLA devices already cover all of a node's cores).
     """
     if requested not in ACCELERATORS:
         raise ConfigError(f"--accelerator must be one of {', '.join(ACCELERATORS)}, got {requested!r}")
@@ -85,8 +85,22 @@ def place_encoders(
         placement = EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}, 1, stage_cpus=1.0)
     else:
         actors = cpu_actors or max(1, len(nodes))
-        placement = EncoderPlacement("cpu", actors, {"num_cpus": cpu_per_actor}, cpu_devices(), stage_cpus=0.5)
+        devices = _cpu_actor_devices(nodes, actors)
+        placement = EncoderPlacement("cpu", actors, {"num_cpus": cpu_per_actor}, devices, stage_cpus=0.5)
     return _size_cpu_stages(placement, sum(n["Resources"].get("CPU", 0) for n in nodes))
+
+
+def _cpu_actor_devices(nodes: list[dict], actors: int) -> int:
+    """XLA devices of a CPU encoder actor: one per core of its share of a node (pipeline.encode.cpu_devices).
+
+    Its share, not the CPU it reserves: Ray's reservation is accounting that lets
+    the CPU stages overlap with the encoder, while XLA's threads run on every core
+    of the actor's process (they ignore the OMP_NUM_THREADS Ray sets). Actors
+    spread evenly over the nodes; the smallest node bounds them all.
+    """
+    per_node = math.ceil(actors / max(1, len(nodes)))
+    smallest = min((n["Resources"].get("CPU", 0) for n in nodes), default=0)
+    return cpu_device_count(max(1.0, smallest / per_node))
 
 
 def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> EncoderPlacement:
@@ -100,13 +114,6 @@ def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> Encode
             f"reserve {encoders:g} and the CPU stages need {2 * placement.stage_cpus:g} more"
         )
     return dataclasses.replace(placement, max_cpu_actors=slots - 1)
-
-
-def cpu_devices(environ=os.environ) -> int:
-    """JAX devices a CPU encoder actor has: XLA shows a host's CPU as one device, unless
-    XLA_FLAGS forces more (the actors of a local Ray inherit the driver's environment)."""
-    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
-    return int(forced.group(1)) if forced else 1
 
 
 def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig) -> None:

@@ -14,7 +14,8 @@ import pytest
 import ray
 
 from pipeline import Embedder, JobConfig, run_job
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
+from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import place_encoders
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
@@ -277,14 +278,18 @@ def test_encoder_calls_hold_a_fixed_number_of_full_batches():
     tpu = place_encoders("tpu", nodes, cpu_actors=None, cpu_per_actor=1)
     cpu = place_encoders("cpu", nodes, cpu_actors=None, cpu_per_actor=1)
     assert encode_call_rows(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
-    assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 8
-    assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2
+    # A CPU actor alone on its node has one device per core, up to MAX_CPU_DEVICES (unless XLA_FLAGS forces a count).
+    devices = forced_cpu_devices() or MAX_CPU_DEVICES
+    assert cpu.devices_per_actor == devices
+    assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * DEFAULT_BATCH_SIZE["cpu"] * devices
+    assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2 * devices
 
 
 RESTART_ARGS_PROBE = """
 import sys
 import ray
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
+from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.job import RunTallyActor, SendToTally
 from pipeline.stages import ChunkBlock, EncodeBlock
 from pipeline.text.chunking import ChunkingConfig

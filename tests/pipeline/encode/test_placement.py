@@ -10,7 +10,7 @@ import ray
 
 from pipeline import JobConfig, run_job
 from pipeline.encode.encoder import EncoderConfig
-from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, check_encoders, cpu_devices, place_encoders
+from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, check_encoders, place_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
 
@@ -74,9 +74,22 @@ def test_a_mesh_or_attention_the_encoder_hosts_cannot_run_is_refused_from_the_no
         check_encoders(gpu, EncoderConfig(attention="tpu_flash"))
 
 
-def test_cpu_encoders_have_the_devices_xla_flags_force():
-    assert cpu_devices({}) == 1
-    assert cpu_devices({"XLA_FLAGS": "--foo --xla_force_host_platform_device_count=8"}) == 8
+def test_a_cpu_encoder_actor_has_a_device_per_core_of_its_share_of_a_node_unless_the_user_forced_a_count(
+    monkeypatch,
+):
+    for var in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    # It reserves 1 CPU for Ray's accounting, but XLA's threads use every core of its node.
+    laptop = place_encoders("cpu", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
+    assert (laptop.ray_remote_args, laptop.devices_per_actor) == ({"num_cpus": 1}, 2)
+    assert place_encoders("cpu", [node(cpu=6), node(cpu=8)], cpu_actors=4, cpu_per_actor=1).devices_per_actor == 3
+    assert place_encoders("cpu", [node(cpu=4)], cpu_actors=5, cpu_per_actor=0.5).devices_per_actor == 1
+    assert place_encoders("cpu", [node(cpu=96)], cpu_actors=None, cpu_per_actor=1).devices_per_actor == 8
+    # Local Ray actors inherit the driver's environment, and with it the count it forces.
+    monkeypatch.setenv("XLA_FLAGS", "--foo --xla_force_host_platform_device_count=8")
+    cpu = place_encoders("cpu", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
+    assert cpu.devices_per_actor == 8
+    check_encoders(cpu, EncoderConfig(mesh=(("data", 4), ("model", 2))))
 
 
 @pytest.fixture(scope="module")

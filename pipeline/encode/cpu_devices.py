@@ -1,0 +1,78 @@
+"""How many XLA CPU devices an encoder process lays its mesh over: one per core it may use, by default.
+
+XLA runs one CPU program over a pool of intra-op threads, and between the
+matmuls (elementwise fusions, attention's passes over score tiles) one program
+leaves cores idle. One CPU device per core, the batch's rows split over the
+mesh's `data` axis, runs that many programs side by side and keeps the cores
+busy: on 2 Intel Xeon cores 1.29x the tokens/s of one device, with less CPU time
+per token (docs/accelerators.md).
+
+The count is chosen once per process, before JAX's backend starts, and a count
+the user chose is never overridden: `JAX_NUM_CPU_DEVICES` (JAX's own switch,
+also `jax.config.update("jax_num_cpu_devices", n)`) or XLA_FLAGS'
+`--xla_force_host_platform_device_count`.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import math
+import os
+import re
+
+import jax
+
+log = logging.getLogger("docembed")
+
+# At most this many devices by default. Each device holds its own copy of the
+# weights, and a batch is rows-per-device times devices, so a 64-core host would
+# otherwise hold 64 copies and wait for 64 devices' rows per call. Measured only
+# up to 2 cores (docs/accelerators.md); a many-core host should try counts with
+# JAX_NUM_CPU_DEVICES.
+MAX_CPU_DEVICES = 8
+
+
+def forced_cpu_devices(environ=os.environ) -> int | None:
+    """The CPU device count the user chose in `environ`, or None: JAX_NUM_CPU_DEVICES wins over
+    XLA_FLAGS' --xla_force_host_platform_device_count, as in JAX."""
+    if int(environ.get("JAX_NUM_CPU_DEVICES", -1)) >= 0:
+        return int(environ["JAX_NUM_CPU_DEVICES"])
+    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
+    return int(forced.group(1)) if forced else None
+
+
+def cpu_device_count(cpus: float | None = None, environ=os.environ) -> int:
+    """CPU devices for an encoder: the user's count if forced, else one per CPU, at most MAX_CPU_DEVICES.
+
+    `cpus`: a Ray encoder actor's CPUs (its share of a node: see
+    pipeline.encode.placement), counted as Ray counts CPUs for OMP_NUM_THREADS
+    (the floor, at least 1); None: this process's, its affinity mask.
+    """
+    forced = forced_cpu_devices(environ)
+    if forced is not None:
+        return forced
+    cpus = len(os.sched_getaffinity(0)) if cpus is None else math.floor(cpus)
+    return max(1, min(cpus, MAX_CPU_DEVICES))
+
+
+def use_cpu_devices(count: int | None = None) -> None:
+    """Asks JAX for `count` CPU devices (default `cpu_device_count()`), unless the user chose a count,
+    JAX may run on an accelerator here, or its backend has already started (then what it has is kept)."""
+    if forced_cpu_devices() is not None or jax.config.jax_num_cpu_devices >= 0 or _accelerator_possible():
+        return
+    count = cpu_device_count() if count is None else count
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:  # the backend has started: its device count is fixed for this process
+        log.debug("docembed: JAX has started with %d CPU device(s); %d not applied", jax.local_device_count(), count)
+
+
+def _accelerator_possible() -> bool:
+    """Whether JAX may pick a GPU or TPU in this process: JAX_PLATFORMS names one first, or, with no
+    platform named, a PJRT plugin (CUDA, ROCm) or libtpu is installed. Such a process is left alone."""
+    platforms = jax.config.jax_platforms
+    if platforms:
+        return platforms.split(",")[0] != "cpu"
+    return bool(importlib.metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("libtpu") is not None
