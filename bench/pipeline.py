@@ -86,11 +86,12 @@ def main() -> None:
             _, stats = encoder.encode_ids(windows)
             alone = time.perf_counter() - t
             span = report.stages.stages["encode"].span_s
+            busy = report.stages.stages["encode"].busy_s
             rows.append(
                 (job_wall, span, alone, report.padding_efficiency, max(map(len, report.compiled_shapes.values())))
             )
             print(
-                f"round {round_ + 1}: job {job_wall:.1f} s wall, encoder span {span:.1f} s; "
+                f"round {round_ + 1}: job {job_wall:.1f} s wall, encoder span {span:.1f} s (busy {busy:.1f} s); "
                 f"encoder alone {alone:.1f} s; "
                 f"job/alone {alone / job_wall:.2f}x over the wall, {alone / span:.2f}x over the span; "
                 f"{report.stages.line(report.wall_seconds)}"
