@@ -23,7 +23,9 @@ SENTENCES = 8  # about 175 tokens: each note fills a 256-token row alone, one ro
 
 def test_encoder_memory_and_programs_stay_flat_over_2000_batches(ray_local, tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", 0, BATCHES, SENTENCES)
-    cfg = scenarios.job(corpus, tmp_path, encoder=EncoderConfig(batch_size=1))
+    # One device (a mesh of data=1 over the actor's one-per-core CPU devices), so that a batch is one row
+    # whatever the node's core count: the soak counts encoder calls.
+    cfg = scenarios.job(corpus, tmp_path, encoder=EncoderConfig(batch_size=1, mesh=(("data", 1),)))
     sampler = scenarios.MemorySampler(Path(cfg.compile_cache))
     run = scenarios.run(cfg, sampler)
     out = cfg.output
