@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import logging
 import os
@@ -27,6 +26,7 @@ from pipeline.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
+from pipeline.encode.stage import EncodeBlock
 from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
@@ -42,9 +42,9 @@ from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.report import ProgressLine, RunReport
 from pipeline.shutdown import Interrupted, interruptible
-from pipeline.stage_clock import Increment, RunTally
-from pipeline.stages import EXTRACT_BATCH, ChunkBlock, EncodeBlock, extract_block
+from pipeline.stages import EXTRACT_BATCH, ChunkBlock, extract_block
 from pipeline.stderr_filter import known_ray_noise_dropped
+from pipeline.tally import RUN_TALLY_PREFIX, RunTallyActor, SendToTally
 from pipeline.text.chunking import ChunkingConfig
 from pipeline.text.tokenizer import Tokenizer
 
@@ -62,41 +62,6 @@ def encode_call_rows(placement: EncoderPlacement, encoder: EncoderConfig) -> int
     """Chunk rows per encoder call: ENCODE_CALL_BATCHES batches at full length on the actor's devices."""
     per_device = encoder.batch_size or DEFAULT_BATCH_SIZE[placement.kind]
     return ENCODE_CALL_BATCHES * per_device * placement.devices_per_actor
-
-
-# The run's RunTally actor is named by this prefix and the run's id, so that tests and
-# tools find it with `ray.util.list_named_actors()` and `ray.get_actor`.
-RUN_TALLY_PREFIX = "docembed-run-tally-"
-RunTallyActor = ray.remote(num_cpus=0)(RunTally)
-
-
-@dataclasses.dataclass(frozen=True)
-class SendToTally:
-    """The stages' `record` in a job: each Increment goes to the run's RunTally actor.
-
-    Adds where it was sent from (node, and actor when it is one), so that an
-    encoder actor can be found by what it reported.
-
-    It holds the tally's name, not its handle: it is a constructor argument of
-    the stages' actors, which Ray restarts with the arguments they were created
-    with, and a handle is a reference Ray must keep alive for that (it logs
-    ray-project/ray#53727's error when an actor with restarts has one, and only
-    Ray Data's own is dropped from the console: pipeline.stderr_filter). A name
-    is plain bytes in the creation task; each process looks the actor up once.
-    """
-
-    tally_name: str
-
-    @functools.cached_property
-    def tally(self) -> ray.actor.ActorHandle:
-        return ray.get_actor(self.tally_name)
-
-    def __call__(self, increment: Increment) -> None:
-        context = ray.get_runtime_context()
-        where = {"node_id": context.get_node_id()}
-        if increment.encoder is not None and context.get_actor_id() is not None:
-            where.update(actor_id=context.get_actor_id(), actor=context.current_actor)
-        self.tally.record.remote(dataclasses.replace(increment, where=where))
 
 
 @dataclasses.dataclass(frozen=True)

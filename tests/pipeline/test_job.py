@@ -290,8 +290,9 @@ import sys
 import ray
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
 from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
-from pipeline.job import RunTallyActor, SendToTally
-from pipeline.stages import ChunkBlock, EncodeBlock
+from pipeline.encode.stage import EncodeBlock
+from pipeline.stages import ChunkBlock
+from pipeline.tally import RunTallyActor, SendToTally
 from pipeline.text.chunking import ChunkingConfig
 
 ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another test's Ray

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pyarrow as pa
 
@@ -23,3 +25,15 @@ def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_pa
     table = pa.concat_tables(out)
     assert table.column("group_docs").to_pylist() == [None] * 9 + [10]
     assert set(table.column("group").to_pylist()) == {block.column("group")[0].as_py()}
+
+
+def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
+    """Their processes (Ray Data's CPU-stage actors and write tasks, the run's tally) run beside the encoder on
+    the same cores: importing JAX would cost each a second of CPU and a hundred MB for nothing. Each of them
+    also unpickles the stages' `record`, and so imports the module that defines it."""
+    probe = (
+        "import sys, pipeline.stages, pipeline.output.sink, pipeline.tally; "
+        "print(sorted(m for m in sys.modules if 'jax' in m))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

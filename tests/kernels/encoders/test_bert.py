@@ -14,7 +14,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from kernels import encoders
-from pipeline.encode import model_dir
+from pipeline.encode import model_dir, model_location
 
 CONFIG = {
     "model_type": "bert",
@@ -95,7 +95,7 @@ def checkpoint(tmp_path):
     path.mkdir()
     save_file(tensors, str(path / "model.safetensors"))
     (path / "config.json").write_text(json.dumps(CONFIG))
-    (path / "tokenizer.json").write_text((model_dir.default_model_dir() / "tokenizer.json").read_text())
+    (path / "tokenizer.json").write_text((model_location.default_model_dir() / "tokenizer.json").read_text())
     return path, tensors, rng
 
 

@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import pytest
 
-from pipeline.encode import hub, model_dir
+from pipeline.encode import hub, model_dir, model_location
 from pipeline.results import embedding_matrix, read_table
 
 REPO = Path(__file__).resolve().parents[3]
@@ -181,7 +181,7 @@ def test_hub_ids_are_told_apart_from_paths_and_uris(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "acme").mkdir()
     (tmp_path / "acme" / "tiny").symlink_to(FIXTURES / "bert-pooler")
-    assert model_dir.locate("acme/tiny") == (Path("acme/tiny"), "acme/tiny")
+    assert model_location.locate("acme/tiny") == (Path("acme/tiny"), "acme/tiny")
 
 
 def test_a_hub_id_downloads_into_hf_home_pinned_to_its_commit(hub_env):

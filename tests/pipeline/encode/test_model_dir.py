@@ -3,7 +3,7 @@ import shutil
 
 import pytest
 
-from pipeline.encode import model_dir
+from pipeline.encode import model_dir, model_location
 from pipeline.errors import ModelError
 
 from support import bert_tensor_shapes, measure_in_child, write_zero_safetensors
@@ -19,7 +19,7 @@ def test_default_model_is_verified_and_described():
 
 def copy_model(tmp_path):
     dst = tmp_path / "model"
-    shutil.copytree(model_dir.default_model_dir(), dst)
+    shutil.copytree(model_location.default_model_dir(), dst)
     return dst
 
 
@@ -73,7 +73,7 @@ def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
         model_dir.resolve(str(tmp_path / "nope"))
     tampered = copy_model(tmp_path)
     (tampered / "model.safetensors").write_bytes(b"tampered")
-    monkeypatch.setattr(model_dir, "default_model_dir", lambda: tampered)
+    monkeypatch.setattr(model_location, "default_model_dir", lambda: tampered)
     with pytest.raises(ModelError, match="expected 53aa5117"):
         model_dir.resolve(None)
 
@@ -101,7 +101,7 @@ def test_checking_the_weights_holds_nothing_of_their_size(tmp_path):
     path = tmp_path / "bert-base"
     path.mkdir()
     (path / "config.json").write_text(json.dumps(config))
-    shutil.copy(model_dir.default_model_dir() / "tokenizer.json", path)
+    shutil.copy(model_location.default_model_dir() / "tokenizer.json", path)
     weights_bytes = write_zero_safetensors(path / "model.safetensors", bert_tensor_shapes(config))
     child = measure_in_child(_CHECK_WEIGHTS, str(path), timeout=300)
     growth = child["peak"] - child["rss_before"]

@@ -1,0 +1,76 @@
+"""The encode stage's per-block work: chunk rows in, the same rows with their embeddings out.
+
+Ray Data runs it in the encoder actors (see `pipeline.job`), which own their
+node's accelerator or cores; like the CPU stages (`pipeline.stages`) it knows
+nothing of Ray, so tests call it directly.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import pyarrow as pa
+
+from pipeline.encode import model_dir
+from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
+from pipeline.encode.cpu_devices import use_cpu_devices
+from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.schemas import embedded_schema, rows_digest
+from pipeline.stage_clock import EncoderCall, Record, StageClock
+
+
+class EncodeBlock:
+    """Chunk rows -> the same rows with an `embedding`, token ids dropped. Owns this process's devices."""
+
+    # Batches traced with --profile: the first compiles, the rest show steady state.
+    PROFILED_CALLS = 3
+
+    def __init__(
+        self,
+        model: str | None,
+        encoder: EncoderConfig,
+        compile_cache: str | None = None,
+        record: Record | None = None,
+        profile: str | None = None,
+        cpu_devices: int | None = None,
+    ):
+        """`cpu_devices`: on a CPU encoder actor, the devices the driver placed it with
+        (`EncoderPlacement.devices_per_actor`); None elsewhere."""
+        enable_compilation_cache(compile_cache)
+        if cpu_devices is not None:
+            use_cpu_devices(cpu_devices)
+        self.encoder = Encoder(model_dir.resolve(model), encoder)
+        self.schema = embedded_schema(self.encoder.dim)
+        self.clock = StageClock(record)
+        self.profile_dir = None if profile is None else os.path.join(profile, self.clock.worker.replace(":", "-"))
+        self.calls = 0
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        self.calls += 1
+        if self.profile_dir is None or self.calls > self.PROFILED_CALLS:
+            return self._encode(batch)
+        with jax.profiler.trace(self.profile_dir):
+            return self._encode(batch)
+
+    def _encode(self, batch: pa.Table) -> pa.Table:
+        ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
+        ok_idx = ok.nonzero()[0]
+        token_ids = batch.column("token_ids").take(ok_idx).to_pylist()
+        with self.clock.timing("encode") as counts:
+            emb_ND, stats = self.encoder.encode_ids(token_ids)
+            counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
+        # A retried call holds the same rows: its report replaces the first attempt's.
+        state = EncoderCall(stats, tuple(sorted(self.encoder.compiled_shapes)), compilation_cache_counts())
+        self.clock.send(call=rows_digest(batch), encoder=state)
+
+        dim = self.encoder.dim
+        flat = pa.array(emb_ND.reshape(-1), pa.float32())
+        ok_embeddings = pa.FixedSizeListArray.from_arrays(flat, dim)
+        # Scatter the embeddings back among the error rows, which get null.
+        position = ok.cumsum() - 1
+        embedding = ok_embeddings.take(pa.array(position, mask=~ok))
+        table = batch.drop_columns(["token_ids"])
+        return (
+            table.append_column(self.schema.field("embedding"), embedding).select(self.schema.names).cast(self.schema)
+        )
