@@ -1,7 +1,7 @@
 """The embedding job: a Ray Data graph from input files to committed Parquet and `_SUCCESS`.
 
     list inputs (driver) -> read + extract (tasks) -> tokenise + chunk (CPU actors)
-      -> encode (accelerator actors) -> write parts (tasks) -> summary rows (driver)
+      -> encode (accelerator actors) -> write parts (writer actors) -> summary rows (driver)
 
 The driver only ever holds file names and per-block summary rows.
 """
@@ -120,10 +120,11 @@ class JobGraph:
                 **placement.ray_remote_args,
             )
             .map_batches(
-                sink.write_block,
-                fn_args=(cfg.output, self.metadata, record),
+                sink.WriteBlock,
+                fn_constructor_args=(cfg.output, self.metadata, record),
                 batch_size=None,
                 batch_format="pyarrow",
+                compute=ray.data.ActorPoolStrategy(size=placement.writers),
                 num_cpus=placement.stage_cpus,
             )
         )

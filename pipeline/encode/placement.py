@@ -42,14 +42,19 @@ class EncoderPlacement:
     # half a CPU lets the stages overlap with it.
     stage_cpus: float
     # The CPU stages' actor pool autoscales from 1 up to this: every CPU slot the
-    # encoders leave, but one kept for the writer tasks. (Ray Data fuses the
-    # extraction tasks into this pool's actors, so it is extraction's width too.)
+    # encoders and the writers leave. (Ray Data fuses the extraction tasks into
+    # this pool's actors, so it is extraction's width too.)
     max_cpu_actors: int = 1
+    # Writer actors, one per node that runs encoders: the Parquet writes of a
+    # node's encoder calls take a small share of a core, and a long-lived writer
+    # starts with the job rather than in the middle of it (pipeline.output.sink.WriteBlock).
+    writers: int = 1
 
     def describe(self) -> str:
         return (
             f"{self.actors} {self.kind} encoder actor(s), each requesting {self.ray_remote_args}; "
-            f"CPU stages {self.stage_cpus:g} CPU per worker, up to {self.max_cpu_actors} actor(s)"
+            f"CPU stages {self.stage_cpus:g} CPU per worker, up to {self.max_cpu_actors} actor(s), "
+            f"{self.writers} writer(s)"
         )
 
 
@@ -78,15 +83,18 @@ def place_encoders(
         # A slice's hosts have the same chip count; the smallest fits on all of them.
         chips = min(tpu_hosts)
         args = {"resources": {"TPU": chips}, "num_cpus": ACCELERATOR_HOST_CPUS}
-        placement = EncoderPlacement("tpu", len(tpu_hosts), args, chips, stage_cpus=1.0)
+        placement = EncoderPlacement("tpu", len(tpu_hosts), args, chips, stage_cpus=1.0, writers=len(tpu_hosts))
     elif kind == "gpu":
         if not gpus:
             raise ConfigError("--accelerator gpu, but no node of this Ray cluster has a GPU")
-        placement = EncoderPlacement("gpu", gpus, {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}, 1, stage_cpus=1.0)
+        args = {"num_gpus": 1, "num_cpus": ACCELERATOR_HOST_CPUS}
+        gpu_hosts = sum(1 for n in nodes if n["Resources"].get("GPU", 0) > 0)
+        placement = EncoderPlacement("gpu", gpus, args, 1, stage_cpus=1.0, writers=gpu_hosts)
     else:
         actors = cpu_actors or max(1, len(nodes))
         devices = _cpu_actor_devices(nodes, actors)
-        placement = EncoderPlacement("cpu", actors, {"num_cpus": cpu_per_actor}, devices, stage_cpus=0.5)
+        args = {"num_cpus": cpu_per_actor}
+        placement = EncoderPlacement("cpu", actors, args, devices, stage_cpus=0.5, writers=min(actors, len(nodes)))
     return _size_cpu_stages(placement, sum(n["Resources"].get("CPU", 0) for n in nodes))
 
 
@@ -104,16 +112,17 @@ def _cpu_actor_devices(nodes: list[dict], actors: int) -> int:
 
 
 def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> EncoderPlacement:
-    """Sets how many CPU-stage actors fit beside the encoders, failing fast when not one does
-    (with a writer beside it): Ray Data would otherwise wait forever for CPUs that never free up."""
+    """Sets how many CPU-stage actors fit beside the encoders and the writers, failing fast when not one
+    does: Ray Data would otherwise wait forever for CPUs that never free up."""
     encoders = placement.actors * placement.ray_remote_args["num_cpus"]
     slots = int((cluster_cpus - encoders) // placement.stage_cpus)
-    if slots < 2:
+    if slots < placement.writers + 1:
+        needed = (placement.writers + 1) * placement.stage_cpus
         raise ConfigError(
             f"this Ray cluster has {cluster_cpus:g} CPUs; {placement.actors} {placement.kind} encoder actor(s) "
-            f"reserve {encoders:g} and the CPU stages need {2 * placement.stage_cpus:g} more"
+            f"reserve {encoders:g} and the CPU stages and writers need {needed:g} more"
         )
-    return dataclasses.replace(placement, max_cpu_actors=slots - 1)
+    return dataclasses.replace(placement, max_cpu_actors=slots - placement.writers)
 
 
 def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig) -> None:

@@ -91,6 +91,21 @@ def write_block(
     return pa.Table.from_pylist(summaries, schema=SUMMARY_SCHEMA)
 
 
+class WriteBlock:
+    """`write_block` as the job runs it: in long-lived writer actors (`pipeline.job`), started with the job.
+
+    As tasks, each burst of writes after an idle spell started a worker process
+    in the middle of the run (Ray stops idle workers after a second), whose
+    start-up took CPU from the encoder beside it.
+    """
+
+    def __init__(self, output: str, metadata: dict[str, str], record: Record | None = None):
+        self.output, self.metadata, self.record = output, metadata, record
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return write_block(batch, self.output, self.metadata, self.record)
+
+
 def _write_group(fs: pafs.FileSystem, root: str, group: str, rows: pa.Table, metadata: dict[str, str]) -> dict:
     failed = pc.is_valid(rows.column("error_type"))
     chunks = rows.filter(pc.invert(failed))

@@ -28,7 +28,7 @@ def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_pa
 
 
 def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
-    """Their processes (Ray Data's CPU-stage actors and write tasks, the run's tally) run beside the encoder on
+    """Their processes (Ray Data's CPU-stage actors, the writers, the run's tally) run beside the encoder on
     the same cores: importing JAX would cost each a second of CPU and a hundred MB for nothing. Each of them
     also unpickles the stages' `record`, and so imports the module that defines it."""
     probe = (

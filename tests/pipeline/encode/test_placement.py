@@ -26,15 +26,16 @@ def test_one_actor_per_tpu_host_owning_all_its_chips():
     placement = place_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
     assert placement.kind == "tpu" and placement.actors == 2
     assert placement.ray_remote_args == {"resources": {"TPU": 4}, "num_cpus": ACCELERATOR_HOST_CPUS}
-    # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept for writers.
-    assert placement.stage_cpus == 1.0 and placement.max_cpu_actors == 24 - 2 * ACCELERATOR_HOST_CPUS - 1
+    # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept per writer (per encoder).
+    assert placement.stage_cpus == 1.0 and placement.max_cpu_actors == 24 - 2 * ACCELERATOR_HOST_CPUS - 2
+    assert placement.writers == 2
 
 
 def test_cpu_stages_overlap_a_cpu_encoder_and_too_few_cpus_fail_fast():
     laptop = place_encoders("auto", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
     assert (laptop.stage_cpus, laptop.max_cpu_actors) == (0.5, 1)
     with pytest.raises(
-        ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages need 2 more"
+        ConfigError, match="has 3 CPUs; 1 tpu encoder actor.s. reserve 2 and the CPU stages and writers need 2 more"
     ):
         place_encoders("tpu", [node(cpu=3, TPU=4)], cpu_actors=None, cpu_per_actor=1)
 
@@ -45,6 +46,9 @@ def test_gpu_one_actor_per_gpu_and_cpu_one_per_node():
     cpu = place_encoders("auto", [node(), node()], cpu_actors=None, cpu_per_actor=2)
     assert (cpu.kind, cpu.actors, cpu.ray_remote_args) == ("cpu", 2, {"num_cpus": 2})
     assert place_encoders("cpu", [node(TPU=4)], cpu_actors=3, cpu_per_actor=1).actors == 3
+    # One writer actor per node that runs encoders, however many encoders it runs.
+    assert (gpu.writers, cpu.writers) == (2, 2)
+    assert place_encoders("cpu", [node(cpu=16)], cpu_actors=3, cpu_per_actor=1).writers == 1
 
 
 @pytest.mark.parametrize("kind", ["tpu", "gpu"])
