@@ -89,7 +89,10 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
 
 def _read(kind: type[Checkpoint], tensors: Mapping[str, Any], cfg: ModelConfig) -> Params:
     family = FAMILIES[cfg.family]
-    return family.read(kind(tensors, [family.ANCHOR], cfg))
+    checkpoint = kind(tensors, [family.ANCHOR], cfg)
+    params = family.read(checkpoint)
+    checkpoint.refuse_extra_layers()
+    return params
 
 
 def params_from_hf(tensors: Mapping[str, np.ndarray], cfg: ModelConfig) -> Params:

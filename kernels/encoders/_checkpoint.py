@@ -17,6 +17,7 @@ its weights.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -41,6 +42,7 @@ class Checkpoint:
                 f"(with or without a model prefix): not a {cfg.family} checkpoint"
             )
         self._tensors = {name[len(prefix) :]: value for name, value in tensors.items() if name.startswith(prefix)}
+        self._read: set[str] = set()
 
     def has(self, name: str) -> bool:
         return name in self._tensors
@@ -49,12 +51,31 @@ class Checkpoint:
         """The tensor as float32, refused unless it has the shape the config implies (None: any size)."""
         if name not in self._tensors:
             raise CheckpointMismatch(f"the weights lack tensor {name!r}, which a {self._describe()} has")
+        self._read.add(name)
         value = np.asarray(self._tensors[name], np.float32)
         if len(value.shape) != len(shape) or any(want not in (None, got) for want, got in zip(shape, value.shape)):
             raise CheckpointMismatch(
                 f"tensor {name!r} has shape {value.shape}, but config.json ({self._describe()}) implies {tuple(shape)}"
             )
         return value
+
+    def refuse_extra_layers(self) -> None:
+        """Raises CheckpointMismatch when the weights hold layers past the config's count: tensors named
+        as the layers read were, with a higher layer index. Run with fewer layers than trained, the model
+        would make embeddings without any error."""
+        read = {_LAYER_INDEX.sub(".#.", name, count=1) for name in self._read}
+        extra = sorted(
+            (int(found.group(1)), name)
+            for name in self._tensors.keys() - self._read
+            if (found := _LAYER_INDEX.search(name))
+            and int(found.group(1)) >= self.cfg.num_layers
+            and _LAYER_INDEX.sub(".#.", name, count=1) in read
+        )
+        if extra:
+            raise CheckpointMismatch(
+                f"the weights hold {extra[-1][0] + 1} layers (such as {extra[0][1]!r}), but config.json "
+                f"({self._describe()}) says {self.cfg.num_layers}"
+            )
 
     def _describe(self) -> str:
         c = self.cfg
@@ -163,6 +184,10 @@ class Checkpoint:
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
         return np.stack(arrays)
+
+
+# A layer's index in a tensor name: `encoder.layer.7.output.dense.weight`, `layers.7.attn.Wqkv.weight`.
+_LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
 
 def _placeholder(shape: tuple[int, ...]) -> np.ndarray:

@@ -40,3 +40,16 @@ def test_the_shape_reading_raises_the_loaders_errors():
         encoders.param_shapes(tensor_shapes, arch)
     with pytest.raises(encoders.CheckpointMismatch, match="not a xlm-roberta checkpoint"):
         encoders.param_shapes({"lm_head.bias": (250002,)}, arch)
+
+
+def test_weights_with_more_layers_than_the_config_are_refused():
+    """A config that counts fewer layers than were trained would run a truncated model without a word."""
+    deeper = bert_tensor_shapes(XLM_ROBERTA_LARGE | {"num_hidden_layers": 26})
+    with pytest.raises(
+        encoders.CheckpointMismatch,
+        match=r"hold 26 layers \(such as 'encoder.layer.24.attention.output.LayerNorm.bias'\).* says 24",
+    ):
+        encoders.param_shapes(deeper, encoders.config_from_hf(XLM_ROBERTA_LARGE))
+    # Tensors outside the layers the encoder reads (an MLM head, a pooler) are no layers.
+    extra = {"lm_head.dense.weight": (1024, 1024), "pooler.dense.weight": (1024, 1024)}
+    encoders.param_shapes(bert_tensor_shapes(XLM_ROBERTA_LARGE) | extra, encoders.config_from_hf(XLM_ROBERTA_LARGE))
