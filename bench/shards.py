@@ -119,7 +119,7 @@ def main():
         f"unit size {shards.UNIT_BYTES >> 20} MiB"
     )
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     # Workers started and modules imported before the first timed round, on a shard of a few units.
     warm = folder / "warm-up.parquet"

@@ -91,7 +91,7 @@ def throughput(corpus: Path, repeats: int, scratch: Path) -> dict:
         boto3.client("s3", endpoint_url=url, region_name="us-east-1").create_bucket(Bucket="bench")
         fs, path = filesystem_for("s3://bench/corpus")
         pafs.copy_files(str(corpus), path, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         # One warm-up run so that both sides find compiled programs in the cache.
         run_job(JobConfig(inputs=(str(SAMPLES),), output=str(scratch / "warmup")))
         runs = {"local": [], "s3": []}

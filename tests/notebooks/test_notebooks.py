@@ -30,7 +30,7 @@ def fresh_output(tmp_path_factory):
     for pdf in ("pdflatex-4-pages.pdf", "libreoffice-writer-password.pdf"):
         shutil.copy(SAMPLES / "pdf" / pdf, corpus / pdf)
     out = tmp_path_factory.mktemp("out") / "run"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         report = run_job(JobConfig(inputs=(str(corpus),), output=str(out)))
     finally:

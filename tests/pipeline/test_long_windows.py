@@ -39,7 +39,7 @@ LENGTHS = {"near-window": WINDOW - 60, "short": 300, "three-chunks": 2 * WINDOW 
 
 @pytest.fixture(scope="module")
 def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

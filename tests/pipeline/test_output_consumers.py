@@ -30,7 +30,7 @@ QUERY = "how do plants turn sunlight into energy?"
 @pytest.fixture(scope="module")
 def output(tmp_path_factory):
     out = tmp_path_factory.mktemp("out") / "run"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         run_job(JobConfig(inputs=(str(SAMPLES / "text"),), output=str(out)))
     finally:

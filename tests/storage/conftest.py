@@ -107,7 +107,7 @@ def storage_ray(servers, tmp_path_factory):
     os.environ.update(servers.env(tmp_path_factory.mktemp("model-cache")))
     servers.reset_faults()
     try:
-        context = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        context = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
         yield context.address_info["gcs_address"]
     finally:
         ray.shutdown()

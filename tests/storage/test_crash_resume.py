@@ -5,7 +5,7 @@ Ray, as a `ray job submit` driver is to its cluster; it is killed with SIGKILL
 when the output reaches a chosen state, or kills itself right after it marks a
 group done (`crash_driver.py`). After every kill the output must hold no
 partial or unreadable Parquet file and no marker without its data; the next run
-resumes; the last one must match a clean run exactly.
+resumes; the last one must match a clean run of the same corpus exactly.
 
 The drivers run with small encoder calls so that this small corpus is committed
 in many steps and each kill point falls inside the run.
@@ -51,10 +51,13 @@ def place(request, servers, storage_ray, corpus, tmp_path_factory) -> tuple[str,
 
 
 @pytest.fixture(scope="module")
-def clean(place):
-    source, outputs = place
-    run_job(JobConfig(inputs=(source,), output=f"{outputs}/clean", overlap=16, group_size=GROUP))
-    return read_table(f"{outputs}/clean"), read_errors(f"{outputs}/clean")
+def clean(storage_ray, corpus, tmp_path_factory):
+    """A clean run over the local corpus: what every store's resumed run must match, its doc_ids on that store.
+
+    One for all stores: a store changes only the doc_ids' prefix (test_object_store_jobs checks that much)."""
+    output = str(tmp_path_factory.mktemp("crash-clean") / "out")
+    run_job(JobConfig(inputs=(str(corpus),), output=output, overlap=16, group_size=GROUP))
+    return read_table(output), read_errors(output)
 
 
 def state(output: str) -> dict:
@@ -93,7 +96,7 @@ def check_crashed_output(output: str) -> int:
     return len(markers)
 
 
-def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, tmp_path, capsys):
+def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, corpus, tmp_path, capsys):
     source, outputs = place
     output = f"{outputs}/killed"
     groups = -(-23 // GROUP) + 3  # 23 single-document files in runs of GROUP, and 3 shards
@@ -145,9 +148,12 @@ def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, tmp_pa
     chunks, errors = read_table(output), read_errors(output)
     keys = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_index").to_pylist()))
     clean_chunks, clean_errors = clean
-    clean_keys = list(zip(clean_chunks.column("doc_id").to_pylist(), clean_chunks.column("chunk_index").to_pylist()))
+    clean_ids = [d.replace(str(corpus), source, 1) for d in clean_chunks.column("doc_id").to_pylist()]
+    clean_keys = list(zip(clean_ids, clean_chunks.column("chunk_index").to_pylist()))
+    # Both sorted by (doc_id, chunk_index): the store's prefix sorts the same as the local one.
     assert len(keys) == len(set(keys)) and keys == clean_keys
-    assert errors.column("doc_id").to_pylist() == clean_errors.column("doc_id").to_pylist()
+    clean_failed = [d.replace(str(corpus), source, 1) for d in clean_errors.column("doc_id").to_pylist()]
+    assert errors.column("doc_id").to_pylist() == clean_failed
     ok, failed = expected_docs(source)
     assert set(chunks.column("doc_id").to_pylist()) == ok and set(errors.column("doc_id").to_pylist()) == failed
     fs, root = filesystem_for(output)

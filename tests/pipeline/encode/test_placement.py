@@ -99,7 +99,7 @@ def test_a_cpu_encoder_actor_has_a_device_per_core_of_its_share_of_a_node_unless
 @pytest.fixture(scope="module")
 def ray_with_tpu():
     # CPUs are Ray's accounting here: the TPU encoder reserves 2, the CPU stages take one each.
-    ray.init(num_cpus=4, resources={"TPU": 4}, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, resources={"TPU": 4}, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
