@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
 from pipeline import Embedder  # noqa: E402
-from pipeline.encode.model_dir import default_model_dir  # noqa: E402
+from pipeline.encode.model_location import default_model_dir  # noqa: E402
 from pipeline.extract import DocumentError, extract_pages  # noqa: E402
 
 CORPUS = REPO.parent / "shared" / "corpus"

@@ -14,7 +14,7 @@ import re
 import pytest
 import yaml
 
-from pipeline.encode.model_dir import DEFAULT_MODEL_PACKAGE
+from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE
 from pipeline.encode.placement import place_encoders
 
 from support import REPO

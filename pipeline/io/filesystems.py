@@ -191,8 +191,11 @@ def read_file(fs: pafs.FileSystem, path: str) -> bytes:
 def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) -> None:
     """Writes `data` so that `path` appears whole or not at all, and checks its size there.
 
-    On object stores one PUT of the whole body is already all-or-nothing; a local
-    file is written under `staging_dir`, checked, and renamed into place.
+    The body is written under `staging_dir`, checked, and moved into place: a
+    rename locally, a server-side copy on object stores, where the object
+    appears whole. Writing to `path` directly would not be all-or-nothing even
+    on S3 or GCS: an output stream closed by an exception (the SystemExit of a
+    worker that Ray stops mid-write) commits what it holds, down to 0 bytes.
     """
 
     def check(written: str) -> None:
@@ -200,20 +203,11 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) ->
         if size != len(data):
             raise OSError(f"{written}: wrote {len(data)} bytes but storage holds {size}")
 
-    if is_object_store(fs):
-
-        def put():
-            with fs.open_output_stream(path) as f:
-                f.write(data)
-            check(path)
-
-        retrying(f"cannot write {path}", put)
-        return
-
     def stage_check_move():
         staged = f"{staging_dir}/{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
         try:
-            fs.create_dir(staging_dir, recursive=True)
+            if not is_object_store(fs):  # object stores have no directories to make
+                fs.create_dir(staging_dir, recursive=True)
             with fs.open_output_stream(staged) as f:
                 f.write(data)
             check(staged)

@@ -2,8 +2,8 @@
 
 Each part holds the rows of one commit group (see `pipeline.output.ledger`) that one
 writer call received. It is made and read back in memory, then written whole
-or not at all (`write_file`: one PUT on object stores, `_staging/` and a
-rename locally) and checked by its size, so a reader never sees a partial file. Its name is the group's id and a digest
+or not at all (`write_file`: staged under `_staging/`, checked, then moved into
+place) and checked by its size, so a reader never sees a partial file. Its name is the group's id and a digest
 of its rows' keys, so a retried write lands on the same name. `_SUCCESS` is
 written last, whole or not at all.
 """

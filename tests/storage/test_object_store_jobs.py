@@ -27,7 +27,7 @@ GROUP = 4  # files per commit group: the corpus makes several
 @pytest.fixture(scope="module")
 def stores(servers, storage_ray, corpus, tmp_path_factory):
     """The corpus in s3://jobs-in and gs://jobs-in, the default model in s3://models, and a local reference run."""
-    from pipeline.encode.model_dir import default_model_dir
+    from pipeline.encode.model_location import default_model_dir
 
     for scheme in ("s3", "gs"):
         servers.make_bucket(scheme, "jobs-in")

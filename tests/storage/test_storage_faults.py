@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.fs as pafs
 import pytest
 
 from pipeline.errors import StorageError
@@ -51,3 +52,46 @@ def test_reads_writes_and_shards_survive_injected_faults(faulty_store, servers, 
     filesystems._object_store.cache_clear()
     with pytest.raises(StorageError, match=f"{scheme}://units/s.jsonl"):
         list(iter_shard(f"{scheme}://units/s.jsonl", "jsonl"))
+
+
+class StoppedMidWrite:
+    """The store, with every upload stream stopped after its first byte by SystemExit, as Ray stops a worker.
+
+    Leaving the `with` closes the stream, which on S3 and GCS commits what it holds (pyarrow's streams do).
+    """
+
+    def __init__(self, fs):
+        self.fs = fs
+
+    def __getattr__(self, name):
+        return getattr(self.fs, name)
+
+    def open_output_stream(self, path):
+        return _Stopping(self.fs.open_output_stream(path))
+
+
+class _Stopping:
+    def __init__(self, stream):
+        self.stream = stream
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.close()
+
+    def write(self, data):
+        self.stream.write(data[:1])
+        raise SystemExit
+
+
+def test_a_write_stopped_midway_leaves_nothing_at_its_name(faulty_store):
+    scheme, _ = faulty_store
+    fs, root = filesystems.filesystem_for(f"{scheme}://units")
+    fs.create_dir(root)
+    with pytest.raises(SystemExit):
+        filesystems.write_file(StoppedMidWrite(fs), f"{root}/part.parquet", b"whole body", f"{root}/_staging")
+    assert fs.get_file_info(f"{root}/part.parquet").type == pafs.FileType.NotFound
+    assert fs.get_file_info(pafs.FileSelector(f"{root}/_staging", allow_not_found=True)) == []
+    filesystems.write_file(fs, f"{root}/part.parquet", b"whole body", f"{root}/_staging")
+    assert filesystems.read_bytes(f"{scheme}://units/part.parquet") == b"whole body"

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.encode.model_dir import default_model_dir
+from pipeline.encode.model_location import default_model_dir
 from pipeline.errors import ConfigError
 from pipeline.text.chunking import PAGE_SEPARATOR, ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
