@@ -16,7 +16,6 @@ the actors, as the encoder-alone figure leaves out compiling.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from corpus import corpus_copies  # noqa: E402  (bench/corpus.py)
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
 from pipeline import JobConfig, run_job  # noqa: E402
@@ -36,12 +36,6 @@ from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
 from pipeline.extract.sandbox import ExtractConfig  # noqa: E402
 from pipeline.io.shards import ShardFields  # noqa: E402
 from pipeline.text.chunking import ChunkingConfig  # noqa: E402
-
-
-def corpus_copies(source: Path, copies: int, root: Path) -> Path:
-    for i in range(copies):
-        shutil.copytree(source, root / f"copy{i:03d}")
-    return root
 
 
 def main() -> None:

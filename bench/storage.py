@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 SAMPLES = REPO / "samples"
 
+from corpus import corpus_copies  # noqa: E402  (bench/corpus.py)
+
 MEASURE_DRIVER = """
 import resource, sys, time
 sys.path.insert(0, {repo!r})
@@ -40,12 +42,6 @@ status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlin
 print("BENCH", code, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.time() - started,
       int(status["VmRSS"].split()[0]), flush=True)
 """
-
-
-def replicate(dest: Path, copies: int) -> Path:
-    for i in range(copies):
-        shutil.copytree(SAMPLES, dest / f"copy-{i:03d}")
-    return dest
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:
@@ -123,7 +119,7 @@ def throughput(corpus: Path, repeats: int, scratch: Path) -> dict:
 def driver_memory(sizes: list[int], scratch: Path) -> dict:
     out = {}
     for copies in sizes:
-        corpus = replicate(scratch / f"mem-{copies}x", copies)
+        corpus = corpus_copies(SAMPLES, copies, scratch / f"mem-{copies}x")
         result = subprocess.run(
             [
                 sys.executable,
@@ -167,7 +163,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="docembed-bench-") as tmp:
         scratch = Path(tmp)
         if not a.skip_throughput:
-            results["throughput"] = throughput(replicate(scratch / "corpus", a.copies), a.repeats, scratch)
+            results["throughput"] = throughput(corpus_copies(SAMPLES, a.copies, scratch / "corpus"), a.repeats, scratch)
             results["throughput"]["copies"] = a.copies
         if a.memory:
             results["driver_memory"] = driver_memory([int(x) for x in a.memory.split(",")], scratch)
