@@ -194,6 +194,8 @@ def _run_on_ray(
     )
     check_encoders(placement, cfg.encoder)
     log.debug("docembed: %s", placement.describe())
+    # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
+    cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))
     # Only now, with every argument checked, is anything written.
     manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)

@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
+from kernels.compute_dtype import DTYPES
 from pipeline.config import JobConfig, Resources
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
-from pipeline.encode.encoder import DTYPES, EncoderConfig, parse_mesh
+from pipeline.encode.encoder import EncoderConfig, parse_mesh
 from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
@@ -92,7 +93,13 @@ OPTIONS = (
         "each encoder's device mesh; model splits heads and MLP (default: all local devices on data)",
         metavar="data=N,model=M",
     ),
-    Option("--dtype", str, "encoder compute dtype (default float32)", "float32", choices=tuple(sorted(DTYPES))),
+    Option(
+        "--dtype",
+        str,
+        "encoder compute dtype (default float32); bfloat16 runs as float32 on a CPU without bfloat16 dot instructions",
+        "float32",
+        choices=tuple(sorted(DTYPES)),
+    ),
     Option("--attention", str, "attention implementation (default auto)", "auto", metavar="IMPL"),
     Option("--accelerator", str, "where encoders run (default auto)", "auto", choices=ACCELERATORS),
     Option("--encoders", int, "CPU encoder actors (default: one per node)", metavar="N"),

@@ -12,22 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 from collections.abc import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from kernels import encoders, sharding
 from kernels.attention import IMPLS as ATTENTION_IMPLS
+from kernels.compute_dtype import DTYPES, choose_dtype
 from kernels.sharding import ShardingRules
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.model_dir import ModelSpec, load_params
 from pipeline.errors import ConfigError
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+log = logging.getLogger("docembed")
+
 # Per device at full length. On CPU, with one device per core
 # (pipeline.encode.cpu_devices), small batches keep a layer's activations in
 # cache: on 2 Intel Xeon cores 2 and 4 rows per device did 2-4% more tokens/s
@@ -40,7 +42,10 @@ MeshShape = tuple[tuple[str, int], ...]
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-    dtype: str = "float32"  # compute dtype: "float32" or "bfloat16"
+    # Compute dtype asked: "float32" or "bfloat16". What runs is `compute_dtype`'s
+    # choice: float32 where bfloat16 cannot pay (a CPU without bfloat16 dot instructions).
+    # float32 is the default everywhere: docs/accelerators.md says why.
+    dtype: str = "float32"
     attention: str = "auto"  # an implementation name from kernels.attention
     # Rows per device (data shard) in a batch at full length; with packing off,
     # shorter buckets hold proportionally more. None: the platform's default
@@ -71,6 +76,10 @@ class EncoderConfig:
         if self.dim is not None and self.dim < 1:
             raise ConfigError(f"--dim must be at least 1, got {self.dim}")
         _check_mesh(self.mesh)
+
+    def running_on(self, platform: str) -> EncoderConfig:
+        """This config with the dtype an encoder on `platform` runs (see `compute_dtype`)."""
+        return dataclasses.replace(self, dtype=compute_dtype(self.dtype, platform))
 
 
 def parse_mesh(text: str) -> MeshShape:
@@ -139,8 +148,9 @@ class Encoder:
             devices = jax.local_devices()
         self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
+        self.dtype = compute_dtype(cfg.dtype, devices[0].platform)
 
-        params = encoders.cast_params(load_params(spec), DTYPES[cfg.dtype])
+        params = encoders.cast_params(load_params(spec), DTYPES[self.dtype])
         param_axes = encoders.param_axes(params)
         try:
             sharding.check_divisible(params, param_axes, rules, self.mesh)
@@ -186,6 +196,20 @@ class Encoder:
             out[batch.index] = emb_BSD[batch.row, batch.slot]
             stats.add(EncodeStats(batch.real_tokens, batch.ids_BT.size, 1))
         return out, stats
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def compute_dtype(requested: str, platform: str) -> str:
+    """The dtype an encoder on `platform` runs for `requested` (kernels.compute_dtype), with one
+    warning per process when it is not the one asked. The job's driver asks it for the encoders'
+    platform before anything is written, so that the output's fingerprint names what runs."""
+    choice = choose_dtype(requested, platform)
+    if choice.changed and (requested, platform) not in _warned:
+        _warned.add((requested, platform))
+        log.warning("docembed: dtype %s runs as %s: %s", requested, choice.dtype, choice.reason)
+    return choice.dtype
 
 
 def check_shape(spec: ModelSpec, cfg: EncoderConfig) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.errors import ConfigError
 from pipeline.schemas import embedded_schema, rows_digest
 from pipeline.stage_clock import EncoderCall, Record, StageClock
 
@@ -41,6 +42,12 @@ class EncodeBlock:
         if cpu_devices is not None:
             use_cpu_devices(cpu_devices)
         self.encoder = Encoder(model_dir.resolve(model), encoder)
+        if self.encoder.dtype != encoder.dtype:
+            raise ConfigError(
+                f"this encoder's node runs {self.encoder.dtype} where the job's driver chose {encoder.dtype}, "
+                "as its output's fingerprint records: its CPU lacks the driver's bfloat16 dot instructions; "
+                "run with --dtype float32"
+            )
         self.schema = embedded_schema(self.encoder.dim)
         self.clock = StageClock(record)
         self.profile_dir = None if profile is None else os.path.join(profile, self.clock.worker.replace(":", "-"))

@@ -4,13 +4,16 @@ The fixture comes from tests/make_reference_fixture.py, which needs PyTorch;
 this test does not.
 """
 
+import logging
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import kernels.compute_dtype as dtype_dispatch
 from kernels.attention import available_impls
 from pipeline import Embedder
+from pipeline.encode import encoder as encoder_module
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 
@@ -41,13 +44,44 @@ def test_float32_matches_sentence_transformers(embedder, reference):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
 
 
-def test_bfloat16_stays_close_to_float32(reference):
+@pytest.fixture
+def cpu_flags(monkeypatch):
+    """Pretends this CPU's feature flags. A CPU with bfloat16 dot instructions cannot be had here (an AMD
+    EPYC Zen 3: AVX2, no AVX-512, no AMX), so its flags are pretended; what then runs is real: the bfloat16
+    program, as XLA compiles it for this CPU."""
+    monkeypatch.setattr(encoder_module, "_warned", set())
+    return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
+
+
+def test_bfloat16_stays_close_to_float32(reference, cpu_flags):
+    cpu_flags("avx2", "avx512f", "avx512_bf16")
     texts, expected = reference
-    got = Embedder.load(dtype="bfloat16").embed(texts)
+    embedder = Embedder.load(dtype="bfloat16")
+    assert embedder.encoder.dtype == "bfloat16"
+    got = embedder.embed(texts)
     # The README quotes this deviation; see test output with -s for the measured value.
     cos = cosine(got, expected)
     print(f"bfloat16 vs sentence-transformers float32: min cosine {cos.min():.6f}, mean {cos.mean():.6f}")
     assert cos.min() >= 0.999
+
+
+def test_bfloat16_on_a_cpu_without_bfloat16_dots_runs_float32_and_says_so_once(embedder, reference, cpu_flags, caplog):
+    cpu_flags("avx2", "fma")
+    texts, _ = reference
+    loaded = [Embedder.load(dtype="bfloat16") for _ in range(2)]
+    assert [e.encoder.dtype for e in loaded] == ["float32", "float32"]
+    np.testing.assert_allclose(loaded[1].embed(texts[:8]), embedder.embed(texts[:8]), atol=1e-6)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "docembed: dtype bfloat16 runs as float32: this CPU has no bfloat16 dot instructions "
+        "(avx512_bf16, amx_bf16, bf16): XLA would compute every bfloat16 matmul in float32 with conversions "
+        "around it, slower than float32 itself"
+    ]
+
+
+def test_float32_asked_is_float32_on_a_cpu_with_bfloat16_dots(cpu_flags):
+    cpu_flags("avx512_bf16", "amx_bf16")
+    assert Embedder.load(dtype="float32").encoder.dtype == "float32"
 
 
 def test_embedding_does_not_depend_on_batch_mates(embedder, reference):
