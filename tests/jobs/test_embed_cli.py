@@ -14,6 +14,8 @@ import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' wei
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from kernels.compute_dtype import choose_dtype
+
 from support import REPO, SAMPLES, terminal_output
 
 EMBED = [sys.executable, str(REPO / "jobs" / "embed.py")]
@@ -137,6 +139,22 @@ def test_demo_corpus_end_to_end_prints_docembeds_lines_only(tmp_path):
     )
     assert search.returncode == 0, search.stderr[-2000:]
     assert search.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in search.stdout
+
+
+def test_dtype_bfloat16_runs_what_this_cpu_pays_for_and_the_output_says_which(tmp_path):
+    """On a CPU without bfloat16 dot instructions (this machine's AMD EPYC Zen 3) --dtype bfloat16 runs
+    float32, says so in one line, and the output's fingerprint and _SUCCESS say float32."""
+    ran = choose_dtype("bfloat16", "cpu")
+    docs = tmp_path / "in"
+    docs.mkdir()
+    shutil.copy(SAMPLES / "text" / "sourdough.txt", docs)
+    out = tmp_path / "out"
+    result = run_cli("--input", str(docs), "--output", str(out), "--dtype", "bfloat16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    told = [line for line in (result.stdout + result.stderr).splitlines() if "dtype bfloat16 runs as" in line]
+    assert told == ([f"docembed: dtype bfloat16 runs as float32: {ran.reason}"] if ran.changed else []), told
+    assert json.loads((out / "_SUCCESS").read_text())["config"]["encoder"]["dtype"] == ran.dtype
+    assert json.loads((out / "_docembed.json").read_text())["dtype"] == ran.dtype
 
 
 def test_a_terminal_gets_one_live_progress_line(tmp_path):
