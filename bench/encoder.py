@@ -68,6 +68,11 @@ def mixed_texts(words: list[str], n: int) -> list[str]:
     return pieces(words, [1 + i % 75 for i in range(n // 2)] + [90] * (n - n // 2))
 
 
+def count_tokens(embedder: Embedder, texts: list[str]) -> int:
+    """Tokens of `texts` with special tokens, each cut to the model's window as every encoder here cuts it."""
+    return sum(map(len, embedder.tokenizer.encode_truncated(texts, embedder.encoder.spec.max_seq_length)))
+
+
 def matmul_gflops(n: int = 1024, repeats: int = 20) -> float:
     """This machine's float32 matmul rate through XLA: the ceiling the encoder works against."""
     import jax.numpy as jnp
@@ -95,36 +100,44 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def compare(title: str, texts: list[str], runners: dict, embedder: Embedder, st, rounds: int, fpt_of) -> None:
-    """Alternates rounds of every runner over `texts` (order reversed every other round) and prints
-    each runner's median tokens/s with its spread, and docembed's ratio to each other runner
-    (median and range of the ratios within a round)."""
-    ids = embedder.tokenizer.encode_truncated(texts, embedder.encoder.spec.max_seq_length)
-    tokens = sum(map(len, ids))
-    ref = st.encode(texts)
-    got = next(iter(runners.values()))()  # also compiles every shape before timing
-    cos = (ref * got).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(got, axis=1)
-    for run in runners.values():
-        run()  # warm: first calls allocate
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """The least cosine between rows of `a` and `b` [n, dim]."""
+    return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
+
+
+def compare(
+    title: str,
+    texts: list[str],
+    tokens: int,
+    runners: dict,
+    reference: np.ndarray,
+    rounds: int,
+    flops_per_token: float | None = None,
+) -> None:
+    """Alternates rounds of every runner over `texts` (order reversed every other round) and prints each
+    runner's median tokens/s with its spread, its min cosine to `reference` [n, dim], and its tokens/s
+    over the first runner's: the median and range of that ratio within a round. A runner embeds `texts`
+    and returns [n, dim]; its first call, untimed, compiles and allocates and gives the cosines."""
+    cosines = {name: min_cosine(reference, run()) for name, run in runners.items()}
     times: dict[str, list[float]] = {name: [] for name in runners}
     names = list(runners)
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             times[name].append(timed(runners[name]))
-    fpt = fpt_of(tokens / len(texts))
     print(
         f"\n## {title}: {len(texts)} texts, {tokens:,} tokens (mean {tokens / len(texts):.0f}/text), "
         f"{rounds} alternating rounds"
     )
-    print(f"min cosine docembed vs sentence-transformers float32: {cos.min():.6f}")
-    print(f"{'encoder':46s} {'tokens/s':>9s} {'spread':>15s} {'GFLOP/s':>8s}")
+    first = names[0]
+    print(f"{'encoder':62s} {'tokens/s':>9s} {'spread':>15s} {'GFLOP/s':>8s} {'min cos':>8s}  tokens/s over {first}'s")
     for name, ts in times.items():
         rate = tokens / statistics.median(ts)
-        print(f"{name:46s} {rate:9,.0f} {tokens / max(ts):7,.0f}-{tokens / min(ts):<7,.0f} {rate * fpt / 1e9:8.1f}")
-    jax_name, *others = names
-    for name in others:
-        ratios = sorted(b / a for a, b in zip(times[jax_name], times[name]))
-        print(f"ratio docembed / {name:34s} {statistics.median(ratios):.2f}x (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})")
+        gflops = f"{rate * flops_per_token / 1e9:8.1f}" if flops_per_token else f"{'':8s}"
+        ratios = sorted(a / b for a, b in zip(times[first], ts))
+        print(
+            f"{name:62s} {rate:9,.0f} {tokens / max(ts):7,.0f}-{tokens / min(ts):<7,.0f} {gflops} "
+            f"{cosines[name]:8.6f}  {statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+        )
 
 
 def main() -> None:
@@ -168,9 +181,6 @@ def main() -> None:
         f"XLA float32 matmul rate {ceiling:.1f} GFLOP/s (1024^3, median of 3)"
     )
 
-    def fpt_of(mean_len: float) -> float:
-        return flops_per_token(embedder, int(mean_len))
-
     for title, texts in ((f"{a.texts} mixed texts", mixed), (f"{len(full)} texts of {window} tokens", full)):
         runners = {"docembed JAX float32": functools.partial(embedder.embed, texts)}
         for bs in a.st_batch_sizes:
@@ -178,7 +188,9 @@ def main() -> None:
         runners["sentence-transformers bfloat16 (AMX), batch 32"] = functools.partial(
             st_bf16.encode, texts, batch_size=32
         )
-        compare(title, texts, runners, embedder, st, a.rounds, fpt_of)
+        tokens = count_tokens(embedder, texts)
+        fpt = flops_per_token(embedder, tokens // len(texts))
+        compare(title, texts, tokens, runners, st.encode(texts), a.rounds, fpt)
 
 
 if __name__ == "__main__":
