@@ -24,8 +24,8 @@ INTEGRATION = (
     "tests/jobs/",
     "tests/notebooks/",
     "tests/storage/",
-    "tests/pipeline/test_job.py",
-    "tests/pipeline/test_long_windows.py",
+    "tests/pipeline/run/test_job.py",
+    "tests/pipeline/run/test_job_long_windows.py",
     "tests/pipeline/test_output_consumers.py",
     "tests/test_bench_accel.py",
     # A hub-like HTTP server on 127.0.0.1 and real downloads through huggingface_hub.
