@@ -33,10 +33,8 @@ import contextlib
 import functools
 import json
 import os
-import pickle
 import platform
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +48,7 @@ sys.path.insert(0, str(REPO))
 
 from encoder import CORPUS, compare, corpus_words, count_tokens, mixed_texts, pieces  # noqa: E402
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
+from worker import Worker  # noqa: E402  (bench/worker.py)
 
 import kernels.compute_dtype as dtype_dispatch  # noqa: E402
 from pipeline import Embedder  # noqa: E402
@@ -164,27 +163,6 @@ def openvino(model: Path):
     return run, f"openvino {ov.__version__}, compiled {props}; CPU capabilities {caps}"
 
 
-class FastembedWorker:
-    """fastembed in its own venv's process (bench/fastembed_worker.py); calling it embeds texts there."""
-
-    def __init__(self, model: Path):
-        self.proc = subprocess.Popen(
-            [str(FASTEMBED_PYTHON), str(REPO / "bench" / "fastembed_worker.py"), str(model)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        self.describe = pickle.load(self.proc.stdout)
-
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        pickle.dump(texts, self.proc.stdin)
-        self.proc.stdin.flush()
-        return pickle.load(self.proc.stdout)
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 def bfloat16_program() -> Embedder:
     """docembed's bfloat16 program as a CPU with bfloat16 dot instructions gets it. This CPU's flags are
     made to say avx512_bf16 while the encoder loads; what runs is XLA's bfloat16 program for this CPU."""
@@ -221,10 +199,10 @@ def main() -> None:
     about = [ort_about, ov_about]
     with contextlib.ExitStack() as stack:
         if FASTEMBED_PYTHON.exists():
-            fastembed = FastembedWorker(export)
+            fastembed = Worker([str(FASTEMBED_PYTHON), str(REPO / "bench" / "fastembed_worker.py"), str(export)])
             stack.callback(fastembed.close)
             peers["fastembed (ONNX Runtime), own process"] = fastembed
-            about.append(fastembed.describe)
+            about.append(fastembed.hello)
         else:
             about.append(f"fastembed left out: no {FASTEMBED_PYTHON.relative_to(REPO)} (make bench builds it)")
 
