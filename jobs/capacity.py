@@ -28,6 +28,7 @@ JOB_OPTIONS = (
     "model",
     "max_tokens",
     "overlap",
+    "chunking",
     "batch_size",
     "mesh",
     "dtype",
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = model_dir.resolve(a.model)
         tokenizer = Tokenizer(spec.path / "tokenizer.json")
-        chunking = ChunkingConfig(max_tokens=a.max_tokens or spec.max_seq_length, overlap=a.overlap)
+        chunking = ChunkingConfig(max_tokens=a.max_tokens or spec.max_seq_length, overlap=a.overlap, mode=a.chunking)
         chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
         fields = ShardFields(id=a.id_field, text=a.text_field)
         sample = capacity.sample_cpu_stages(a.input, a.sample_docs, a.model, chunking, fields, extract_config(vars(a)))

@@ -35,6 +35,7 @@ class JobConfig:
     model: str | None = None  # model directory, URI or hub id; None for the bundled default
     max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
     overlap: int = 32
+    chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
     # --prompt NAME|TEXT: a prompt name of the model's or the text itself; None: the model's default prompt, if any.
     prompt: str | None = None
     encoder: EncoderConfig = EncoderConfig()

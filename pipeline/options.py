@@ -21,6 +21,7 @@ from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig
+from pipeline.text.chunking import CHUNKING_MODES
 
 ON_OFF = ("on", "off")
 
@@ -73,6 +74,14 @@ OPTIONS = (
     ),
     Option("--dim", int, "keep the first N dimensions, re-normalised (Matryoshka; default: all)", metavar="N"),
     Option("--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N"),
+    Option(
+        "--chunking",
+        str,
+        "where chunks end: at paragraph, sentence or word boundaries near the window's end (boundaries), "
+        f"or exact token windows that may end mid-word (window); default {CHUNKING_MODES[0]}",
+        CHUNKING_MODES[0],
+        choices=CHUNKING_MODES,
+    ),
     Option(
         "--batch-size",
         int,
@@ -239,6 +248,7 @@ def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
         model=values["model"],
         max_tokens=values["max_tokens"],
         overlap=values["overlap"],
+        chunking=values["chunking"],
         prompt=values["prompt"],
         encoder=encoder_config(values),
         extract=extract_config(values),

@@ -28,7 +28,7 @@ def test_flags_alone_build_the_config_tree():
     )
     assert cfg.inputs == ("a", "s3://b/c") and cfg.output == "out" and cfg.overwrite
     assert cfg.encoder.batch_size == 4 and cfg.encoder.mesh == (("data", 2), ("model", 1))
-    assert cfg.overlap == 32 and cfg.encoder.dtype == "float32"
+    assert cfg.overlap == 32 and cfg.chunking == "boundaries" and cfg.encoder.dtype == "float32"
     assert (cfg.extract.pdf_extractor, cfg.extract.timeout_s, cfg.extract.memory_mib) == ("auto", 120, 2048)
 
 
@@ -37,8 +37,8 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
     cfg = parse_job_args(["--config", path, "--overlap", "16", "--input", "only"])
     assert cfg.inputs == ("only",) and cfg.output == "out/x"
     assert (cfg.max_tokens, cfg.overlap, cfg.encoder.dtype) == (128, 16, "bfloat16")
-    single = parse_job_args(["--config", write(tmp_path, "input: one\noutput: o\n")])
-    assert single.inputs == ("one",)
+    single = parse_job_args(["--config", write(tmp_path, "input: one\noutput: o\nchunking: window\n")])
+    assert single.inputs == ("one",) and single.chunking == "window"
     bounded = parse_job_args(
         [
             "--config",
@@ -57,6 +57,7 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
         ("input: a\noutput: o\noverlap: lots\n", "overlap must be int"),
         ("input: a\noutput: o\noverlap: true\n", "overlap must be int"),
         ("input: a\noutput: o\ndtype: float16\n", "dtype must be one of"),
+        ("input: a\noutput: o\nchunking: sentences\n", "chunking must be one of boundaries, window"),
         ("input: a\noutput: o\nmesh: data=two\n", "mesh must look like"),
         ("input: a\noutput: o\npdf-extractor: mupdf\n", "pdf_extractor must be one of auto, pypdf, pdfium"),
         ("input: a\noutput: o\nextract-timeout: 0\n", "--extract-timeout must be at least 1 s"),
