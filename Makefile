@@ -60,7 +60,7 @@ $(BENCH_VENV)/.installed: pyproject.toml
 	touch $@
 
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder profile_encoder families extract pipeline storage listing faults shards
+BENCHMARKS := attention encoder profile_encoder families extract chunking retrieval pipeline storage listing faults shards
 bench: $(BENCH_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 
@@ -71,7 +71,7 @@ bench-accel:
 
 bench-list:
 	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done
-	@echo "needs: the bench venv (sentence-transformers, PyTorch), ../shared/corpus for real PDFs (extract, pipeline)"
+	@echo "needs: the bench venv (sentence-transformers, PyTorch), ../shared/corpus for real PDFs (extract, chunking, retrieval, pipeline)"
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) out .pytest_cache

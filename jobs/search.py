@@ -17,6 +17,12 @@ from pipeline.errors import UserError  # noqa: E402
 from pipeline.results import nearest, read_report, read_table  # noqa: E402
 
 
+def excerpt(text: str, head: int = 200, tail: int = 100) -> str:
+    """A chunk's text on one line, its middle left out when long: its start and its end show where it was cut."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= head + tail else f"{flat[:head]} […] {flat[-tail:]}"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="jobs/search.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", required=True, metavar="DIR", help="output directory of a finished job")
@@ -43,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     for rank, hit in enumerate(hits.to_pylist(), 1):
         pages = f" pages {hit['page_start']}-{hit['page_end']}" if hit["page_start"] is not None else ""
         print(f"{rank}. score {hit['score']:.3f}  {hit['doc_id']} chunk {hit['chunk_index']}{pages}")
-        print(textwrap.indent(textwrap.shorten(hit["text"], 300), "     "))
+        print(textwrap.indent(textwrap.fill(excerpt(hit["text"]), 100), "     "))
     return 0
 
 
