@@ -214,8 +214,11 @@ def test_real_pdf_corpus_and_short_texts_pack_into_three_programs(ray_local, cor
     emb = embedding_matrix(read_table(str(tmp_path / "out")))
     assert np.isfinite(emb).all()
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-4)
-    # Packing: every row holds the window's worth of real tokens but for a call's last rows.
-    assert report.padding_efficiency >= 0.97
+    # Packing: every row holds a window's worth of real tokens but for a call's last rows, and but for what
+    # boundary chunks leave free: they fill 87% of the window on these PDFs, and a call of 128 chunk rows
+    # rarely holds short texts to fill the rest (90% here; 99% packed over the whole corpus at once, and
+    # 97% and more with --chunking window: BENCHMARKS.md, chunking modes side by side).
+    assert report.padding_efficiency >= 0.88
     assert max(map(len, report.compiled_shapes.values())) <= 3
 
 
