@@ -41,7 +41,7 @@ sys.path.insert(0, {repo!r})
 from pipeline.config import JobConfig
 from pipeline.io.listing import list_inputs
 from pipeline.output.groups import form_groups, work_blocks
-from pipeline.stages import EXTRACT_BATCH
+from pipeline.run.stages import EXTRACT_BATCH
 
 def rss_mib():
     status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)

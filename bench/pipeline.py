@@ -5,7 +5,7 @@
 The corpus is the bundled samples (or --input) copied N times, so that the
 job's fixed costs (Ray start, actor start, compilation) are spread as they are
 on a real corpus. The job runs first, on a local Ray; then the job's own CPU
-stages make the same token windows in this process (pipeline.capacity), and
+stages make the same token windows in this process (pipeline.run.capacity), and
 `Encoder.encode_ids` encodes them, compiled before timing. Both figures count
 the same tokens. Rounds alternate job and encoder alone, so a shared machine's
 load falls on both; ratios are quoted as median and range. The job is quoted twice: over its wall time, and over its
@@ -29,12 +29,12 @@ from corpus import corpus_copies  # noqa: E402  (bench/corpus.py)
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
 from pipeline import JobConfig, run_job  # noqa: E402
-from pipeline.capacity import sample_cpu_stages  # noqa: E402
 from pipeline.encode.encoder import Encoder, EncoderConfig  # noqa: E402
 from pipeline.encode.model_dir import resolve  # noqa: E402
 from pipeline.extract import PDF_EXTRACTORS, resolve_extractor  # noqa: E402
 from pipeline.extract.sandbox import ExtractConfig  # noqa: E402
 from pipeline.io.shards import ShardFields  # noqa: E402
+from pipeline.run.capacity import sample_cpu_stages  # noqa: E402
 from pipeline.text.chunking import ChunkingConfig  # noqa: E402
 
 

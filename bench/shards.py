@@ -4,7 +4,7 @@
     python bench/shards.py --gb 0.25 --rounds 3
 
 What splitting changes is how many extraction workers read a shard, so this
-times the job's extraction stage (`pipeline.stages.extract_block`, as the job
+times the job's extraction stage (`pipeline.run.stages.extract_block`, as the job
 runs it, here as tasks of 1 CPU each, at most 2 at a time) over the shard,
 whole (one work unit: one worker) and in units (`pipeline.io.shards.plan_units`
 planned in a Ray task first, its id pass counted in the time). Tokenising and
@@ -34,7 +34,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from pipeline.io import shards  # noqa: E402
 from pipeline.io.listing import InputFile  # noqa: E402
 from pipeline.output.groups import Group, work_blocks  # noqa: E402
-from pipeline.stages import EXTRACT_BATCH, extract_block  # noqa: E402
+from pipeline.run.stages import EXTRACT_BATCH, extract_block  # noqa: E402
 
 ROWS_PER_GROUP = 200_000  # row groups of ~35 MB: what Spark-like writers make for a 128 MB block
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import capacity  # noqa: E402
 from pipeline.encode import model_dir  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.io.shards import ShardFields  # noqa: E402
 from pipeline.options import add_job_options, encoder_config, extract_config  # noqa: E402
+from pipeline.run import capacity  # noqa: E402
 from pipeline.text.chunking import ChunkingConfig  # noqa: E402
 from pipeline.text.tokenizer import Tokenizer  # noqa: E402
 

@@ -19,11 +19,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import run_job  # noqa: E402
-from pipeline.console import docembed_level  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.io.filesystems import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
-from pipeline.shutdown import Interrupted  # noqa: E402
+from pipeline.run.console import docembed_level  # noqa: E402
+from pipeline.run.shutdown import Interrupted  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ __all__ = ["Embedder", "JobConfig", "run_job"]
 _EXPORTS = {
     "Embedder": ("pipeline.encode.embedder", "Embedder"),
     "JobConfig": ("pipeline.config", "JobConfig"),
-    "run_job": ("pipeline.job", "run"),
+    "run_job": ("pipeline.run.job", "run"),
 }
 
 

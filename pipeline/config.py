@@ -9,7 +9,7 @@ from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 
-# What the job prints while it runs: see pipeline.console.
+# What the job prints while it runs: see pipeline.run.console.
 VERBOSITY = ("quiet", "normal", "verbose")
 
 
@@ -48,7 +48,7 @@ class JobConfig:
     group_size: int = 64  # single-document files committed together (a shard is a group of its own)
     id_field: str = "id"  # a jsonl/parquet shard row's document id
     text_field: str = "text"  # a jsonl/parquet shard row's text
-    verbosity: str = "normal"  # "quiet", "normal" or "verbose": what the job prints (pipeline.console)
+    verbosity: str = "normal"  # "quiet", "normal" or "verbose": what the job prints (pipeline.run.console)
 
     def __post_init__(self):
         if not self.inputs:

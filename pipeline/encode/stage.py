@@ -1,7 +1,7 @@
 """The encode stage's per-block work: chunk rows in, the same rows with their embeddings out.
 
-Ray Data runs it in the encoder actors (see `pipeline.job`), which own their
-node's accelerator or cores; like the CPU stages (`pipeline.stages`) it knows
+Ray Data runs it in the encoder actors (see `pipeline.run.job`), which own their
+node's accelerator or cores; like the CPU stages (`pipeline.run.stages`) it knows
 nothing of Ray, so tests call it directly.
 """
 
@@ -16,8 +16,8 @@ from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.run.stage_clock import EncoderCall, Record, StageClock
 from pipeline.schemas import embedded_schema, rows_digest
-from pipeline.stage_clock import EncoderCall, Record, StageClock
 
 
 class EncodeBlock:

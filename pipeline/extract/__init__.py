@@ -15,6 +15,6 @@ its time and memory.
 
 from pipeline.errors import DocumentError
 from pipeline.extract._dispatch import PDF_EXTRACTORS, available_extractors, resolve_extractor
-from pipeline.extract._document import extract_pages, kind_of
+from pipeline.extract._document import extract_pages
 
-__all__ = ["PDF_EXTRACTORS", "DocumentError", "available_extractors", "extract_pages", "kind_of", "resolve_extractor"]
+__all__ = ["PDF_EXTRACTORS", "DocumentError", "available_extractors", "extract_pages", "resolve_extractor"]

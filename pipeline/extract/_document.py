@@ -1,22 +1,9 @@
-"""Which files are documents, and the shared rules for turning their bytes into pages."""
+"""The shared rules for turning a document's bytes into pages."""
 
 from __future__ import annotations
 
 from pipeline.errors import DocumentError
 from pipeline.extract._dispatch import pdf_pages
-
-PDF_SUFFIXES = (".pdf",)
-TEXT_SUFFIXES = (".txt", ".md")
-
-
-def kind_of(path: str) -> str | None:
-    """'pdf', 'text', or None for a file the pipeline does not read."""
-    lower = path.lower()
-    if lower.endswith(PDF_SUFFIXES):
-        return "pdf"
-    if lower.endswith(TEXT_SUFFIXES):
-        return "text"
-    return None
 
 
 def extract_pages(data: bytes, kind: str, pdf_extractor: str = "auto") -> list[str]:

@@ -14,11 +14,10 @@ import dataclasses
 import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
-from pipeline.extract import kind_of
 from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
 from pipeline.io.retries import failing_at
-from pipeline.io.shards import SHARD_KINDS, shard_kind_of
 from pipeline.io.uris import check_location, redact, uri_of
+from pipeline.kinds import SHARD_KINDS, kind_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +48,7 @@ def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
                 raise InputError(f"input {redact(location)} does not exist{_missing_bucket(fs, path)}")
             infos = [info] if info.type == pafs.FileType.File else list_files(fs, path)
         for entry in infos:
-            kind = kind_of(entry.path) or shard_kind_of(entry.path)
+            kind = kind_of(entry.path)
             if kind is None:
                 skipped += 1
                 continue

@@ -50,8 +50,6 @@ from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import NOT_FOUND, retrying
 from pipeline.schemas import error_row
 
-SHARD_SUFFIXES = ((".jsonl.gz", "jsonl"), (".jsonl", "jsonl"), (".parquet", "parquet"))
-SHARD_KINDS = ("jsonl", "parquet")
 READ_BUFFER = 1 << 20  # bytes per ranged read of a shard
 PARQUET_BATCH = 256  # rows decoded at a time
 # Bytes of a shard per work unit: a unit keeps one extraction worker busy for seconds
@@ -87,14 +85,6 @@ WHOLE = ShardUnit()
 class ShardPlan:
     units: tuple[ShardUnit, ...]
     docs: int  # document rows (documents and error rows) the units give in all
-
-
-def shard_kind_of(path: str) -> str | None:
-    lower = path.lower()
-    for suffix, kind in SHARD_SUFFIXES:
-        if lower.endswith(suffix):
-            return kind
-    return None
 
 
 def _error(doc_id: str, error_type: str, message: str, stage: str = "read") -> dict:

@@ -25,8 +25,8 @@ from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import describe, retrying
 from pipeline.io.uris import check_location, redact
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE, part_name
+from pipeline.run.stage_clock import Record, StageClock
 from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA
-from pipeline.stage_clock import Record, StageClock
 
 
 def check_writable(output: str) -> None:
@@ -92,7 +92,7 @@ def write_block(
 
 
 class WriteBlock:
-    """`write_block` as the job runs it: in long-lived writer actors (`pipeline.job`), started with the job.
+    """`write_block` as the job runs it: in long-lived writer actors (`pipeline.run.job`), started with the job.
 
     As tasks, each burst of writes after an idle spell started a worker process
     in the middle of the run (Ray stops idle workers after a second), whose

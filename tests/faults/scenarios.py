@@ -26,10 +26,10 @@ import ray
 from ray.cluster_utils import Cluster
 
 from pipeline import JobConfig, run_job
-from pipeline.report import RunReport
 from pipeline.results import read_errors, read_report, read_table
-from pipeline.stage_clock import EncoderTotals
-from pipeline.tally import RUN_TALLY_PREFIX
+from pipeline.run.report import RunReport
+from pipeline.run.stage_clock import EncoderTotals
+from pipeline.run.tally import RUN_TALLY_PREFIX
 
 from support import SAMPLES
 

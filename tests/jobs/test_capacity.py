@@ -4,9 +4,9 @@ import re
 import subprocess
 import sys
 
-from pipeline.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.io.shards import ShardFields
+from pipeline.run.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
 from pipeline.text.chunking import ChunkingConfig
 
 from support import REPO, SAMPLES
@@ -57,5 +57,5 @@ def test_command_line(tmp_path):
 
 def test_the_capacity_planner_runs_without_ray():
     """It runs the job's stage code in one process: importing it must not import Ray (nor start one)."""
-    code = "import sys, pipeline.capacity; sys.exit(1 if 'ray' in sys.modules else 0)"
+    code = "import sys, pipeline.run.capacity; sys.exit(1 if 'ray' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM to `jobs/embed.py` mid-run, as a person or a scheduler sends them (pipeline.shutdown).
+"""Ctrl-C and SIGTERM to `jobs/embed.py` mid-run, as a person or a scheduler sends them (pipeline.run.shutdown).
 
 A real driver with its private local Ray is signalled while its extraction
 sandboxes run: it must exit with one line and the shell's code for the signal,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import pipeline.job as job  # noqa: E402
+import pipeline.run.job as job  # noqa: E402
 from jobs.embed import main  # noqa: E402
 from pipeline.output import ledger  # noqa: E402
 

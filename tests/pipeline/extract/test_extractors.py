@@ -11,21 +11,15 @@ from pipeline.extract import (
     DocumentError,
     available_extractors,
     extract_pages,
-    kind_of,
     resolve_extractor,
 )
+from pipeline.kinds import kind_of
 from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
 
 from support import SAMPLES, deeply_nested_pdf, encrypt, page_tree_loop_pdf, text_pdf
 
 extractors = pytest.mark.parametrize("extractor", PDF_EXTRACTORS)
-
-
-def test_kind_of_by_extension():
-    assert kind_of("a/b/Report.PDF") == "pdf"
-    assert kind_of("notes.md") == "text" and kind_of("notes.txt") == "text"
-    assert kind_of("image.png") is None and kind_of("archive.pdf.gz") is None
 
 
 def test_auto_takes_pdfium_and_explicit_names_must_exist():

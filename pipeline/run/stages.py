@@ -1,8 +1,8 @@
 """The per-block work of the CPU stages, as plain functions and classes over Arrow tables.
 
-Ray Data runs these (see `pipeline.job`); they know nothing of Ray themselves,
+Ray Data runs these (see `pipeline.run.job`); they know nothing of Ray themselves,
 so tests and the capacity planner call them directly. Each takes `record`, the
-one callable its stage clock reports through (`pipeline.stage_clock`). The
+one callable its stage clock reports through (`pipeline.run.stage_clock`). The
 tables they pass on are `pipeline.schemas`'s; a document that fails any stage
 becomes an error row, which later stages pass through untouched. (The encoder's
 stage is `pipeline.encode.stage.EncodeBlock`, the writer's
@@ -23,7 +23,9 @@ from pipeline.errors import DocumentError, SandboxError
 from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
 from pipeline.io.filesystems import read_many
-from pipeline.io.shards import SHARD_KINDS, WHOLE, ShardFields, ShardUnit, iter_shard
+from pipeline.io.shards import WHOLE, ShardFields, ShardUnit, iter_shard
+from pipeline.kinds import SHARD_KINDS
+from pipeline.run.stage_clock import Record, StageClock
 from pipeline.schemas import (
     CHUNK_SCHEMA,
     DOC_SCHEMA,
@@ -32,7 +34,6 @@ from pipeline.schemas import (
     error_row,
     is_error,
 )
-from pipeline.stage_clock import Record, StageClock
 from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
 
@@ -56,10 +57,10 @@ def extract_block(
     extract times.
 
     A function using its process's sandbox rather than a class owning one: Ray
-    Data fuses this stage into the CPU stages' actors (pipeline.job), long-lived
+    Data fuses this stage into the CPU stages' actors (pipeline.run.job), long-lived
     processes, and where it runs as tasks Ray reuses worker processes; either way
     the sandbox's child starts once per process and lives as long as it. And the
-    stage stays a plain call without Ray (pipeline.capacity, tests).
+    stage stays a plain call without Ray (pipeline.run.capacity, tests).
     """
     clock = StageClock(record)
     rows = []

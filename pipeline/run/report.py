@@ -11,7 +11,7 @@ from pipeline.config import JobConfig
 from pipeline.encode.batching import EncodeStats
 from pipeline.encode.model_dir import ModelSpec
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.stage_clock import EncoderTotals, StageTable
+from pipeline.run.stage_clock import EncoderTotals, StageTable
 from pipeline.text.chunking import ChunkingConfig
 
 

@@ -24,7 +24,7 @@ from pipeline.encode.encoder import EncoderConfig
 from pipeline.results import embedding_matrix, read_report, read_table
 from pipeline.text.tokenizer import Tokenizer
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "families"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "families"
 WINDOW = 2048
 # Which fixture, and what else the run exercises: a prompt (NomicBERT's task prefixes), a Matryoshka dim.
 FAMILIES = {

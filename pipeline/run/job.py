@@ -21,8 +21,8 @@ from collections.abc import Iterator
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from pipeline import kinds
 from pipeline.config import JobConfig
-from pipeline.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
@@ -40,11 +40,12 @@ from pipeline.output.groups import Group, form_groups, work_blocks
 from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
-from pipeline.report import ProgressLine, RunReport
-from pipeline.shutdown import Interrupted, interruptible
-from pipeline.stages import EXTRACT_BATCH, ChunkBlock, extract_block
-from pipeline.stderr_filter import known_ray_noise_dropped
-from pipeline.tally import RUN_TALLY_PREFIX, RunTallyActor, SendToTally
+from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
+from pipeline.run.report import ProgressLine, RunReport
+from pipeline.run.shutdown import Interrupted, interruptible
+from pipeline.run.stages import EXTRACT_BATCH, ChunkBlock, extract_block
+from pipeline.run.stderr_filter import known_ray_noise_dropped
+from pipeline.run.tally import RUN_TALLY_PREFIX, RunTallyActor, SendToTally
 from pipeline.text.chunking import ChunkingConfig
 from pipeline.text.tokenizer import Tokenizer
 
@@ -165,8 +166,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     inputs, skipped = list_inputs(list(cfg.inputs))
     if not inputs:
         raise InputError(
-            f"no documents (.pdf, .txt, .md, .jsonl, .jsonl.gz, .parquet) under {redact(', '.join(cfg.inputs))} "
-            f"({skipped} other files skipped)"
+            f"no documents ({kinds.described()}) under {redact(', '.join(cfg.inputs))} ({skipped} other files skipped)"
         )
     sink.check_writable(cfg.output)
 

@@ -10,11 +10,11 @@ import pyarrow as pa
 
 from pipeline.io.listing import InputFile
 from pipeline.output.groups import form_groups, work_blocks
-from pipeline.stages import extract_block
+from pipeline.run.stages import extract_block
 
 
 def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_path, monkeypatch):
-    import pipeline.stages as stages
+    import pipeline.run.stages as stages
 
     monkeypatch.setattr(stages, "SHARD_BLOCK", 4)
     (tmp_path / "s.jsonl").write_text("\n".join(json.dumps({"id": i, "text": f"t{i}"}) for i in range(10)))
@@ -32,7 +32,7 @@ def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
     the same cores: importing JAX would cost each a second of CPU and a hundred MB for nothing. Each of them
     also unpickles the stages' `record`, and so imports the module that defines it."""
     probe = (
-        "import sys, pipeline.stages, pipeline.output.sink, pipeline.tally; "
+        "import sys, pipeline.run.stages, pipeline.output.sink, pipeline.run.tally; "
         "print(sorted(m for m in sys.modules if 'jax' in m))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout

@@ -11,7 +11,7 @@ import functools
 
 import ray
 
-from pipeline.stage_clock import Increment, RunTally
+from pipeline.run.stage_clock import Increment, RunTally
 
 # The run's RunTally actor is named by this prefix and the run's id, so that tests and
 # tools find it with `ray.util.list_named_actors()` and `ray.get_actor`.
@@ -30,7 +30,7 @@ class SendToTally:
     the stages' actors, which Ray restarts with the arguments they were created
     with, and a handle is a reference Ray must keep alive for that (it logs
     ray-project/ray#53727's error when an actor with restarts has one, and only
-    Ray Data's own is dropped from the console: pipeline.stderr_filter). A name
+    Ray Data's own is dropped from the console: pipeline.run.stderr_filter). A name
     is plain bytes in the creation task; each process looks the actor up once.
     """
 

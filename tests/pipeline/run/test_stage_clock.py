@@ -1,7 +1,7 @@
 import time
 
 from pipeline.encode.batching import EncodeStats
-from pipeline.stage_clock import EncoderCall, RunTally, StageClock, StageTable, StageTotals
+from pipeline.run.stage_clock import EncoderCall, RunTally, StageClock, StageTable, StageTotals
 
 
 def test_a_clock_sends_what_it_timed_since_the_last_send():

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 
 from ray.data._internal.logging import SessionFileHandler
 
-from pipeline.report import ProgressLine
+from pipeline.run.report import ProgressLine
 
 
 def ray_init_args(verbosity: str) -> dict:

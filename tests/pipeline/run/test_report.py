@@ -1,5 +1,5 @@
-from pipeline.report import ProgressLine, RunReport
-from pipeline.stage_clock import StageTable, StageTotals
+from pipeline.run.report import ProgressLine, RunReport
+from pipeline.run.stage_clock import StageTable, StageTotals
 
 
 def test_progress_line_is_periodic_and_estimates_the_rest():

@@ -2,7 +2,7 @@
 
 The job's own stage code runs in this process, on one core, over a sample of
 the input: reading, extraction, tokenisation and chunking each time
-themselves (pipeline.stage_clock), and the windows they make are encoded on
+themselves (pipeline.run.stage_clock), and the windows they make are encoded on
 this process's devices. One core's CPU stages yield R encoded tokens per
 second; a chip encodes E; a chip therefore needs E / R cores, times headroom.
 """
@@ -25,8 +25,8 @@ from pipeline.io.listing import list_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output.groups import form_groups, work_blocks
-from pipeline.stage_clock import STAGE_UNITS, RunTally, StageTable
-from pipeline.stages import EXTRACT_BATCH, ChunkBlock, extract_block
+from pipeline.run.stage_clock import STAGE_UNITS, RunTally, StageTable
+from pipeline.run.stages import EXTRACT_BATCH, ChunkBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
 
 CPU_STAGES = ("read", "extract", "tokenise", "chunk")

@@ -7,7 +7,7 @@ import time
 import ray.data
 from ray.data._internal.logging import SessionFileHandler
 
-from pipeline.console import LiveLine, Ticker, configure_ray_data, ray_init_args
+from pipeline.run.console import LiveLine, Ticker, configure_ray_data, ray_init_args
 
 
 def console_levels() -> tuple[list[int], list[int]]:

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from pipeline.stderr_filter import known_ray_noise_dropped
+from pipeline.run.stderr_filter import known_ray_noise_dropped
 
 from support import REPO, terminal_output
 
@@ -32,7 +32,7 @@ KNOWN = (
 )
 PRELUDE = """
 import os, signal, sys, time
-from pipeline.stderr_filter import known_ray_noise_dropped
+from pipeline.run.stderr_filter import known_ray_noise_dropped
 KNOWN = {known!r}.encode()
 """
 
@@ -158,10 +158,10 @@ with known_ray_noise_dropped():
 @pytest.mark.integration
 def test_the_line_for_an_actor_of_ours_still_shows_on_a_real_ray():
     """Ray's core worker itself logs the line for an actor with restarts and an argument by reference: only
-    Ray Data's MapWorker is dropped, so ours (tests/pipeline/test_job.py keeps them inline) would show."""
+    Ray Data's MapWorker is dropped, so ours (tests/pipeline/run/test_job.py keeps them inline) would show."""
     rc, err = finished("""
 import ray
-from pipeline.stages import ChunkBlock
+from pipeline.run.stages import ChunkBlock
 from pipeline.text.chunking import ChunkingConfig
 ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
 with known_ray_noise_dropped():

@@ -2,7 +2,7 @@
 
 Every worker times its own calls of a stage with a `StageClock` and hands what
 it timed, as one `Increment`, to the one callable it was given (`Record`): in a
-job, a message to the run's `RunTally` actor (pipeline.job); in this process
+job, a message to the run's `RunTally` actor (pipeline.run.job); in this process
 (the capacity planner, benchmarks), `RunTally.record` itself. The stages know
 only that callable, never Ray.
 
@@ -180,7 +180,7 @@ class EncoderTotals:
 class RunTally:
     """The run's account of every `Increment`: stages summed, encoder calls counted once each.
 
-    The job runs it as a Ray actor (pipeline.job); the capacity planner in its own process.
+    The job runs it as a Ray actor (pipeline.run.job); the capacity planner in its own process.
     """
 
     def __init__(self):

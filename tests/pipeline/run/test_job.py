@@ -19,8 +19,8 @@ from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import place_encoders
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.job import ENCODE_CALL_BATCHES, encode_call_rows
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+from pipeline.run.job import ENCODE_CALL_BATCHES, encode_call_rows
 
 from support import (
     REPO,
@@ -171,7 +171,7 @@ def test_demo_corpus_pads_little_and_compiles_few_programs(ray_local, tmp_path):
 
 
 def test_fd_2_is_put_back_after_a_run_returns_and_after_it_raises(finished, corpus_dir, tmp_path):
-    """While a run is on Ray its fd 2 is pipeline.stderr_filter's pipe; a notebook's or a test's process
+    """While a run is on Ray its fd 2 is pipeline.run.stderr_filter's pipe; a notebook's or a test's process
     gets its own back, from a run that returns and from one that raises once it is on Ray."""
     out, _ = finished
     before = os.fstat(2)
@@ -294,8 +294,8 @@ import ray
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
 from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.stage import EncodeBlock
-from pipeline.stages import ChunkBlock
-from pipeline.tally import RunTallyActor, SendToTally
+from pipeline.run.stages import ChunkBlock
+from pipeline.run.tally import RunTallyActor, SendToTally
 from pipeline.text.chunking import ChunkingConfig
 
 ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another test's Ray

@@ -1,0 +1,36 @@
+"""The kinds of input file docembed reads, by file name: one table for the listing, the extractors and the shards.
+
+    .pdf                 'pdf'      one document, text per page (pipeline.extract)
+    .txt, .md            'text'     one document (pipeline.extract)
+    .jsonl, .jsonl.gz    'jsonl'    a shard: one document per line (pipeline.io.shards)
+    .parquet             'parquet'  a shard: one document per row (pipeline.io.shards)
+
+Any other file is not an input: the listing skips it and counts it.
+"""
+
+from __future__ import annotations
+
+# Longest suffix first: ".jsonl.gz" before anything it ends with.
+SUFFIXES = (
+    (".pdf", "pdf"),
+    (".txt", "text"),
+    (".md", "text"),
+    (".jsonl.gz", "jsonl"),
+    (".jsonl", "jsonl"),
+    (".parquet", "parquet"),
+)
+SHARD_KINDS = ("jsonl", "parquet")
+
+
+def kind_of(path: str) -> str | None:
+    """The kind of the file at `path` ('pdf', 'text', 'jsonl', 'parquet'), or None for one docembed does not read."""
+    lower = path.lower()
+    for suffix, kind in SUFFIXES:
+        if lower.endswith(suffix):
+            return kind
+    return None
+
+
+def described() -> str:
+    """The suffixes read, for messages."""
+    return ", ".join(suffix for suffix, _ in SUFFIXES)
