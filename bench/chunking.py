@@ -46,8 +46,8 @@ from pipeline.encode.batching import BatchingConfig, make_batches  # noqa: E402
 from pipeline.encode.model_location import default_model_dir  # noqa: E402
 from pipeline.errors import DocumentError  # noqa: E402
 from pipeline.extract import extract_pages  # noqa: E402
+from pipeline.run.stages import ChunkBlock  # noqa: E402
 from pipeline.schemas import DOC_SCHEMA  # noqa: E402
-from pipeline.stages import ChunkBlock  # noqa: E402
 from pipeline.text.boundaries import SENTENCE, cut_levels  # noqa: E402
 from pipeline.text.chunking import CHUNKING_MODES, ChunkingConfig, join_pages  # noqa: E402
 

@@ -14,8 +14,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from pipeline.encode.model_location import default_model_dir
 from pipeline.errors import ConfigError
+from pipeline.run.stages import ChunkBlock
 from pipeline.schemas import DOC_SCHEMA
-from pipeline.stages import ChunkBlock
 from pipeline.text.boundaries import CHARACTER, NONE, SENTENCE, WORD, cut_levels
 from pipeline.text.chunking import PAGE_SEPARATOR, ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
