@@ -35,14 +35,14 @@ demo: install
 	$(VENV)/bin/docembed embed --input samples --output $(DEMO_OUT) --overwrite
 	$(VENV)/bin/docembed search --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
 
-# Everything: the lint, real Ray jobs, storage servers, notebooks, fault injection (under 20 minutes on 2 cores).
-# CI runs this.
+# Everything: the lint, real Ray jobs, storage servers, notebooks, fault injection. CI runs this.
+# Two workers, each taking whole files (module-scoped Ray clusters and servers stay shared within a file).
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # The unit tests: no Ray job, no storage server (under 2 minutes on 2 cores).
 test-fast: install-dev
-	$(PY) -m pytest -m "not integration" -q
+	$(PY) -m pytest -m "not integration" -q -n 2 --dist loadfile
 
 lint: install-dev
 	$(VENV)/bin/ruff check .
