@@ -30,9 +30,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml constraints.txt
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+# The `docembed` command that the install puts in .venv/bin.
 demo: install
-	$(PY) jobs/embed.py --input samples --output $(DEMO_OUT) --overwrite
-	$(PY) jobs/search.py --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
+	$(VENV)/bin/docembed embed --input samples --output $(DEMO_OUT) --overwrite
+	$(VENV)/bin/docembed search --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
 
 # Everything: the lint, real Ray jobs, storage servers, notebooks, fault injection. CI runs this.
 # Two workers, each taking whole files (module-scoped Ray clusters and servers stay shared within a file).
