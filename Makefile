@@ -30,9 +30,10 @@ $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml constraints.txt
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+# The `docembed` command that the install puts in .venv/bin.
 demo: install
-	$(PY) jobs/embed.py --input samples --output $(DEMO_OUT) --overwrite
-	$(PY) jobs/search.py --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
+	$(VENV)/bin/docembed embed --input samples --output $(DEMO_OUT) --overwrite
+	$(VENV)/bin/docembed search --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
 
 # Everything: the lint, real Ray jobs, storage servers, notebooks, fault injection. CI runs this.
 # Two workers, each taking whole files (module-scoped Ray clusters and servers stay shared within a file).
@@ -67,7 +68,7 @@ $(FASTEMBED_VENV)/.installed:
 	touch $@
 
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder peers xla_cpu xla_flags profile_encoder families extract pipeline storage listing faults shards
+BENCHMARKS := attention encoder peers xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline storage listing faults shards
 bench: $(BENCH_VENV)/.installed $(FASTEMBED_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 
@@ -78,7 +79,7 @@ bench-accel:
 
 bench-list:
 	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done
-	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, extract, pipeline)"
+	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, xla_flags, extract, chunking, retrieval, pipeline)"
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(FASTEMBED_VENV) out .pytest_cache

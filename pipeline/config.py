@@ -1,4 +1,4 @@
-"""The job's configuration: one frozen tree, validated before any work starts."""
+"""The job's configuration, and the capacity planner's: frozen trees, validated before any work starts."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class JobConfig:
     model: str | None = None  # model directory, URI or hub id; None for the bundled default
     max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
     overlap: int = 32
+    chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
     # --prompt NAME|TEXT: a prompt name of the model's or the text itself; None: the model's default prompt, if any.
     prompt: str | None = None
     encoder: EncoderConfig = EncoderConfig()
@@ -60,3 +61,32 @@ class JobConfig:
             raise ConfigError(f"verbosity must be one of {', '.join(VERBOSITY)}, got {self.verbosity!r}")
         if not self.id_field or not self.text_field:
             raise ConfigError("--id-field and --text-field must not be empty")
+
+
+@dataclasses.dataclass(frozen=True)
+class CapacityConfig:
+    """The capacity planner's (pipeline.run.capacity): the job's options that shape what its CPU stages and the
+    encoder do, and the sample."""
+
+    inputs: tuple[str, ...]
+    model: str | None = None
+    max_tokens: int | None = None
+    overlap: int = 32
+    chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
+    id_field: str = "id"
+    text_field: str = "text"
+    extract: ExtractConfig = ExtractConfig()
+    encoder: EncoderConfig = EncoderConfig()
+    sample_docs: int = 200  # documents run through the CPU stages, spread over the input
+    encoder_tokens_per_s: float | None = None  # the target chip's rate; None: measured on this machine
+    headroom: float = 1.25  # margin over the measured need
+
+    def __post_init__(self):
+        if not self.inputs:
+            raise ConfigError("at least one --input is required")
+        if self.sample_docs < 1:
+            raise ConfigError(f"--sample-docs must be at least 1, got {self.sample_docs}")
+        if self.encoder_tokens_per_s is not None and self.encoder_tokens_per_s <= 0:
+            raise ConfigError(f"--encoder-tokens-per-s must be positive, got {self.encoder_tokens_per_s:g}")
+        if self.headroom <= 0:
+            raise ConfigError(f"--headroom must be positive, got {self.headroom:g}")

@@ -1,9 +1,15 @@
-"""The job's options: command-line flags on top of an optional YAML file (`--config job.yaml`).
+"""Every command's options in one table: command-line flags, and for `embed` a YAML file beneath them.
 
-One table, `OPTIONS`, names every option once: its flag, its YAML key (the
-flag without dashes, `-` or `_` alike), its type and default. A YAML file may
-set any of them; flags given on the command line win. Unknown keys and values
-of the wrong type are refused with one line naming the key.
+One table, `OPTIONS`, names every option of every command once: its flag, its
+YAML key (the flag without dashes, `-` or `_` alike), its type, its default and
+the commands that take it (`docembed COMMAND` and `jobs/COMMAND.py` alike).
+Parsing a command line gives a value for every option of the table, the
+table's default where the command does not take it or it was not given, so a
+config builder below never meets a missing key (a test checks that every key a
+command's builders read is one the command takes). `embed` also reads a YAML
+file (`--config job.yaml`) that may set any of its options; flags given on the
+command line win. Unknown keys and values of the wrong type are refused with
+one line naming the key.
 """
 
 from __future__ import annotations
@@ -15,15 +21,19 @@ from typing import Any
 import yaml
 
 from kernels.compute_dtype import DTYPES
-from pipeline.config import JobConfig, Resources
+from pipeline.config import CapacityConfig, JobConfig, Resources
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder import EncoderConfig, parse_mesh
 from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig
+from pipeline.text.chunking import CHUNKING_MODES
 
 ON_OFF = ("on", "off")
+# Which commands take an option: the job, and the capacity planner, which runs the job's stages on a sample.
+EMBED = ("embed",)
+EMBED_CAPACITY = ("embed", "capacity")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +46,7 @@ class Option:
     metavar: str | None = None
     repeated: bool = False  # a list in YAML, a repeatable flag on the command line
     required: bool = False
+    commands: tuple[str, ...] = EMBED
 
     @property
     def key(self) -> str:
@@ -50,13 +61,24 @@ OPTIONS = (
         metavar="URI",
         repeated=True,
         required=True,
+        commands=EMBED_CAPACITY,
     ),
-    Option("--output", str, "output directory (local path or URI)", metavar="URI", required=True),
+    Option(
+        "--output",
+        str,
+        "output directory (local path or URI); search: a finished job's",
+        metavar="URI",
+        required=True,
+        commands=("embed", "search"),
+    ),
+    Option("--query", str, "natural-language query", metavar="TEXT", required=True, commands=("search",)),
+    Option("--top", int, "how many of the closest chunks to print (default 3)", 3, metavar="K", commands=("search",)),
     Option(
         "--model",
         str,
         "model directory, its URI, or a Hugging Face Hub id org/name[@revision] (default: bundled all-MiniLM-L6-v2)",
         metavar="DIR|URI|HUB_ID",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--max-tokens",
@@ -64,21 +86,42 @@ OPTIONS = (
         "tokens per chunk incl. special tokens and prompt, up to the model's positions "
         "(default: the model's max_seq_length)",
         metavar="N",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--prompt",
         str,
         "a prompt name of the model's (config_sentence_transformers.json) or the prompt text, "
-        "put before every chunk; '' for none (default: the model's default prompt, if any)",
+        "put before every chunk (search: before the query, e.g. search_query); '' for none "
+        "(default: the model's default prompt, if any)",
         metavar="NAME|TEXT",
+        commands=("embed", "search"),
     ),
-    Option("--dim", int, "keep the first N dimensions, re-normalised (Matryoshka; default: all)", metavar="N"),
-    Option("--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N"),
+    Option(
+        "--dim",
+        int,
+        "keep the first N dimensions, re-normalised (Matryoshka; default: all)",
+        metavar="N",
+        commands=EMBED_CAPACITY,
+    ),
+    Option(
+        "--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N", commands=EMBED_CAPACITY
+    ),
+    Option(
+        "--chunking",
+        str,
+        "where chunks end: at paragraph, sentence or word boundaries near the window's end (boundaries), "
+        f"or exact token windows that may end mid-word (window); default {CHUNKING_MODES[0]}",
+        CHUNKING_MODES[0],
+        choices=CHUNKING_MODES,
+        commands=EMBED_CAPACITY,
+    ),
     Option(
         "--batch-size",
         int,
         "sequences per device per batch at full length (default: 4 on CPU, 64 on GPU/TPU)",
         metavar="N",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--packing",
@@ -86,12 +129,14 @@ OPTIONS = (
         "several sequences per row of the window (on), or one per length bucket (off); default on",
         "on",
         choices=ON_OFF,
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--mesh",
         str,
         "each encoder's device mesh; model splits heads and MLP (default: all local devices on data)",
         metavar="data=N,model=M",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--dtype",
@@ -99,8 +144,11 @@ OPTIONS = (
         "encoder compute dtype (default float32); bfloat16 runs as float32 on a CPU without bfloat16 dot instructions",
         "float32",
         choices=tuple(sorted(DTYPES)),
+        commands=EMBED_CAPACITY,
     ),
-    Option("--attention", str, "attention implementation (default auto)", "auto", metavar="IMPL"),
+    Option(
+        "--attention", str, "attention implementation (default auto)", "auto", metavar="IMPL", commands=EMBED_CAPACITY
+    ),
     Option("--accelerator", str, "where encoders run (default auto)", "auto", choices=ACCELERATORS),
     Option("--encoders", int, "CPU encoder actors (default: one per node)", metavar="N"),
     Option(
@@ -117,6 +165,7 @@ OPTIONS = (
         "PDF text extractor: auto takes the fastest installed (default auto)",
         "auto",
         choices=("auto", *PDF_EXTRACTORS),
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--extract-timeout",
@@ -124,6 +173,7 @@ OPTIONS = (
         f"seconds one document's extraction may take (default {ExtractConfig.timeout_s})",
         ExtractConfig.timeout_s,
         metavar="S",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--extract-memory",
@@ -131,40 +181,85 @@ OPTIONS = (
         f"MiB of memory one document's extraction may take (default {ExtractConfig.memory_mib})",
         ExtractConfig.memory_mib,
         metavar="MIB",
+        commands=EMBED_CAPACITY,
     ),
     Option("--overwrite", bool, "start afresh instead of keeping or resuming the output", False),
     Option("--group-size", int, "files committed together (default 64)", 64, metavar="N"),
-    Option("--id-field", str, "document id field of jsonl/parquet shards (default id)", "id", metavar="NAME"),
-    Option("--text-field", str, "text field of jsonl/parquet shards (default text)", "text", metavar="NAME"),
+    Option(
+        "--id-field",
+        str,
+        "document id field of jsonl/parquet shards (default id)",
+        "id",
+        metavar="NAME",
+        commands=EMBED_CAPACITY,
+    ),
+    Option(
+        "--text-field",
+        str,
+        "text field of jsonl/parquet shards (default text)",
+        "text",
+        metavar="NAME",
+        commands=EMBED_CAPACITY,
+    ),
     Option("--quiet", bool, "print only warnings, errors and the run summary", False),
     Option("--verbose", bool, "print Ray's own progress and INFO lines as well", False),
+    Option(
+        "--sample-docs",
+        int,
+        f"documents to sample (default {CapacityConfig.sample_docs})",
+        CapacityConfig.sample_docs,
+        metavar="N",
+        commands=("capacity",),
+    ),
+    Option(
+        "--encoder-tokens-per-s",
+        float,
+        "the target chip's encoder rate per chip, instead of measuring this machine's",
+        metavar="R",
+        commands=("capacity",),
+    ),
+    Option(
+        "--headroom",
+        float,
+        f"margin over the measured need (default {CapacityConfig.headroom})",
+        CapacityConfig.headroom,
+        metavar="X",
+        commands=("capacity",),
+    ),
 )
-_BY_KEY = {o.key: o for o in OPTIONS}
 
 
-def _parser(description: str) -> argparse.ArgumentParser:
+def options_of(command: str) -> tuple[Option, ...]:
+    """The options `command` takes, in the table's order (its --help's)."""
+    return tuple(o for o in OPTIONS if command in o.commands)
+
+
+def parse_options(
+    argv: list[str] | None, command: str, *, prog: str, description: str = "", config_file: bool = False
+) -> dict[str, Any]:
+    """`command`'s command line (sys.argv[1:] when None), over its --config YAML file with `config_file`,
+    -> a value for every option of the table, by key."""
+    taken = options_of(command)
     # Defaults are applied after the YAML file, so the parser reports only what was typed.
-    p = argparse.ArgumentParser(prog="jobs/embed.py", description=description, argument_default=argparse.SUPPRESS)
-    p.add_argument("--config", metavar="YAML", help="read options from a YAML file; flags override it")
-    for o in OPTIONS:
-        _add_argument(p, o)
-    return p
+    parser = argparse.ArgumentParser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
+    if config_file:
+        parser.add_argument("--config", metavar="YAML", help="read options from a YAML file; flags override it")
+    for o in taken:
+        _add_argument(parser, o, required=o.required and not config_file)
+    typed = vars(parser.parse_args(argv))
+    from_file = read_config_file(typed.pop("config"), taken) if "config" in typed else {}
+    values = {o.key: o.default for o in OPTIONS} | from_file | typed
+    if config_file:  # without one, the parser itself requires them
+        for o in taken:
+            if o.required and not values[o.key]:
+                raise ConfigError(f"{o.flag} is required (on the command line or in --config)")
+    return values
 
 
-def add_job_options(parser: argparse.ArgumentParser, keys: tuple[str, ...]) -> None:
-    """The job's options named by `keys`, with their defaults, for tools beside the job (jobs/capacity.py)."""
-    for key in keys:
-        _add_argument(parser, _BY_KEY[key], standalone=True)
-
-
-def _add_argument(p: argparse.ArgumentParser, o: Option, *, standalone: bool = False) -> None:
-    """`standalone`: the parser applies the default and `required` itself (no YAML file beneath it)."""
-    extra = {"default": o.default} if standalone else {}
+def _add_argument(p: argparse.ArgumentParser, o: Option, *, required: bool) -> None:
     if o.type is bool:
-        p.add_argument(o.flag, action="store_true", help=o.help, **extra)
+        p.add_argument(o.flag, action="store_true", help=o.help)
         return
-    if standalone:
-        extra["required"] = o.required
     p.add_argument(
         o.flag,
         type=o.type,
@@ -172,7 +267,7 @@ def _add_argument(p: argparse.ArgumentParser, o: Option, *, standalone: bool = F
         metavar=o.metavar,
         choices=o.choices or None,
         action="append" if o.repeated else "store",
-        **extra,
+        required=required,
     )
 
 
@@ -191,8 +286,8 @@ def _check_value(o: Option, value: Any, where: str) -> Any:
     return items if o.repeated else value
 
 
-def read_config_file(path: str) -> dict[str, Any]:
-    """Options from a YAML mapping, checked key by key."""
+def read_config_file(path: str, options: tuple[Option, ...]) -> dict[str, Any]:
+    """`options` from a YAML mapping, checked key by key."""
     try:
         with open(path) as f:
             raw = yaml.safe_load(f) or {}
@@ -202,11 +297,12 @@ def read_config_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config {path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of option: value")
+    by_key = {o.key: o for o in options}
     values = {}
     for key, value in raw.items():
-        option = _BY_KEY.get(str(key).replace("-", "_"))
+        option = by_key.get(str(key).replace("-", "_"))
         if option is None:
-            raise ConfigError(f"--config {path}: unknown key {key!r}; known: {', '.join(sorted(_BY_KEY))}")
+            raise ConfigError(f"--config {path}: unknown key {key!r}; known: {', '.join(sorted(by_key))}")
         values[option.key] = _check_value(option, value, f"--config {path}")
     return values
 
@@ -230,32 +326,50 @@ def extract_config(values: dict[str, Any]) -> ExtractConfig:
     )
 
 
-def parse_job_args(argv: list[str], description: str = "") -> JobConfig:
-    """Command line (and its --config file) -> the validated JobConfig."""
-    typed = vars(_parser(description).parse_args(argv))
-    from_file = read_config_file(typed.pop("config")) if "config" in typed else {}
-    values = {o.key: o.default for o in OPTIONS} | from_file | typed
-    for o in OPTIONS:
-        if o.required and not values[o.key]:
-            raise ConfigError(f"{o.flag} is required (on the command line or in --config)")
+def _shared_config(values: dict[str, Any]) -> dict[str, Any]:
+    """What the job and its capacity planner take alike: the inputs, the model and its window, the shards'
+    fields, extraction and the encoder; JobConfig's and CapacityConfig's fields of the same names."""
+    return {
+        "inputs": tuple(values["input"]),
+        "model": values["model"],
+        "max_tokens": values["max_tokens"],
+        "overlap": values["overlap"],
+        "chunking": values["chunking"],
+        "id_field": values["id_field"],
+        "text_field": values["text_field"],
+        "extract": extract_config(values),
+        "encoder": encoder_config(values),
+    }
+
+
+def job_config(values: dict[str, Any]) -> JobConfig:
+    """`embed`'s options, by key, -> the validated JobConfig."""
     if values["quiet"] and values["verbose"]:
         raise ConfigError("--quiet and --verbose exclude each other")
     return JobConfig(
-        inputs=tuple(values["input"]),
+        **_shared_config(values),
         output=values["output"],
-        model=values["model"],
-        max_tokens=values["max_tokens"],
-        overlap=values["overlap"],
         prompt=values["prompt"],
-        encoder=encoder_config(values),
-        extract=extract_config(values),
         resources=Resources(encode_actors=values["encoders"]),
         accelerator=values["accelerator"],
         compile_cache=values["compile_cache"] or None,
         profile=values["profile"],
         overwrite=values["overwrite"],
         group_size=values["group_size"],
-        id_field=values["id_field"],
-        text_field=values["text_field"],
         verbosity="quiet" if values["quiet"] else "verbose" if values["verbose"] else "normal",
     )
+
+
+def capacity_config(values: dict[str, Any]) -> CapacityConfig:
+    """`capacity`'s options, by key, -> the validated CapacityConfig."""
+    return CapacityConfig(
+        **_shared_config(values),
+        sample_docs=values["sample_docs"],
+        encoder_tokens_per_s=values["encoder_tokens_per_s"],
+        headroom=values["headroom"],
+    )
+
+
+def parse_job_args(argv: list[str] | None, description: str = "", prog: str = "jobs/embed.py") -> JobConfig:
+    """`embed`'s command line (and its --config file) -> the validated JobConfig."""
+    return job_config(parse_options(argv, "embed", prog=prog, description=description, config_file=True))

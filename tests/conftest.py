@@ -27,6 +27,8 @@ INTEGRATION = (
     "tests/pipeline/run/test_job.py",
     "tests/pipeline/run/test_job_long_windows.py",
     "tests/pipeline/test_output_consumers.py",
+    # Each command as a user runs it: an embed job, the encoder measured, a search.
+    "tests/pipeline/cli/test_command_lines.py",
     "tests/test_bench_accel.py",
     # A hub-like HTTP server on 127.0.0.1 and real downloads through huggingface_hub.
     "tests/pipeline/encode/test_hub.py",

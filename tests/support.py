@@ -156,6 +156,7 @@ def ray_log_files() -> list[Path]:
     """Every file under the connected Ray session's `logs/` (all its nodes', on one machine)."""
     import ray
 
+    # private: no public API gives the connected Ray's session directory (ray.init's context is the caller's fixture's)
     session = ray._private.worker._global_node.get_session_dir_path()
     return [p for p in Path(session, "logs").rglob("*") if p.is_file()]
 

@@ -59,11 +59,12 @@ def ray_up_checks(config: dict) -> dict:
 
     (ray.autoscaler._private.commands._bootstrap_config, up to the provider's bootstrap, which needs credentials.)
     """
+    # private: `ray up`'s own checks; no public API runs them without a cloud account
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     prepared = prepare_config(copy.deepcopy(config))
     try:
-        from ray.autoscaler._private.gcp.node_provider import GCPNodeProvider
+        from ray.autoscaler._private.gcp.node_provider import GCPNodeProvider  # private: as above
     except ImportError:  # google-api-python-client: in the dev extra, as `ray up` on GCP needs it
         pytest.skip("google-api-python-client is not installed")
     prepared = GCPNodeProvider.fillout_available_node_types_resources(prepared)
@@ -97,6 +98,7 @@ def check_agreement(config: dict) -> None:
     hosts, per_host = slice_shape(accelerator_type)
     assert tpu["resources"]["TPU"] == per_host, f"{accelerator_type} hosts have {per_host} chips each"
 
+    # private: the count Ray's GCP provider uses; the public ray.util.tpu counts from a topology, not an acceleratorType
     from ray._private.accelerators import tpu as ray_tpu
 
     assert ray_tpu.get_num_tpu_visible_chips_per_host(accelerator_type) == per_host, "Ray counts otherwise"
@@ -117,6 +119,7 @@ def test_cluster_yaml_passes_ray_up_checks():
     # The GCP provider marks the slice's first host, as it does for `ray up`.
     assert tpu["resources"][f"TPU-{accelerator_type}-head"] == 1
 
+    # private: how Ray's GCP provider tells a TPU node type from a VM one; no public API
     from ray.autoscaler._private.gcp.config import GCPNodeType, get_node_type
 
     types = config["available_node_types"]

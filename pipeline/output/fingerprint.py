@@ -9,14 +9,15 @@ from pipeline.io.uris import redact
 
 
 def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
-    """What makes this output's numbers: model weights, tokenizer, head, chunking and prompt, compute dtype,
-    output dimension (None: the model's), PDF extractor."""
+    """What makes this output's numbers: model weights, tokenizer, head, chunking (window, overlap, mode) and
+    prompt, compute dtype, output dimension (None: the model's), PDF extractor."""
     settings = {
         "model_fingerprint": spec.fingerprint,
         "weights_sha256": spec.weights_sha256,
         "tokenizer_sha256": spec.tokenizer_sha256,
         "max_tokens": chunking.max_tokens,
         "overlap": chunking.overlap,
+        "chunking": chunking.mode,
         "prompt": chunking.prompt,
         "dtype": encoder.dtype,
         "dim": encoder.dim,
@@ -27,7 +28,17 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
 
 
 def mismatch(output: str, recorded: dict, manifest: dict) -> str:
-    keys = ("model", "model_fingerprint", "max_tokens", "overlap", "prompt", "dtype", "dim", "pdf_extractor")
+    keys = (
+        "model",
+        "model_fingerprint",
+        "max_tokens",
+        "overlap",
+        "chunking",
+        "prompt",
+        "dtype",
+        "dim",
+        "pdf_extractor",
+    )
     differs = [
         f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)
     ]

@@ -5,6 +5,7 @@ the input: reading, extraction, tokenisation and chunking each time
 themselves (pipeline.run.stage_clock), and the windows they make are encoded on
 this process's devices. One core's CPU stages yield R encoded tokens per
 second; a chip encodes E; a chip therefore needs E / R cores, times headroom.
+`plan` does it all for a CapacityConfig (`docembed capacity`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 import jax
 import pyarrow as pa
 
+from pipeline.config import CapacityConfig
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.encode.placement import ACCELERATOR_HOST_CPUS
@@ -28,9 +30,24 @@ from pipeline.output.groups import form_groups, work_blocks
 from pipeline.run.stage_clock import STAGE_UNITS, RunTally, StageTable
 from pipeline.run.stages import EXTRACT_BATCH, ChunkBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
+from pipeline.text.tokenizer import Tokenizer
 
 CPU_STAGES = ("read", "extract", "tokenise", "chunk")
 ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be steady
+
+
+def plan(cfg: CapacityConfig) -> str:
+    """The CPU stages timed on a sample of the input, the encoder's rate given or measured here: the printed plan."""
+    spec = model_dir.resolve(cfg.model)
+    chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, mode=cfg.chunking)
+    chunking.validate(Tokenizer(spec.path / "tokenizer.json").n_special, spec.arch.max_tokens)
+    fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
+    sample = sample_cpu_stages(list(cfg.inputs), cfg.sample_docs, cfg.model, chunking, fields, cfg.extract)
+    if cfg.encoder_tokens_per_s:
+        encoder = EncoderRate(cfg.encoder_tokens_per_s, "given with --encoder-tokens-per-s")
+    else:
+        encoder = measure_encoder(cfg.model, cfg.encoder, sample.windows)
+    return render(sample, encoder, cfg.headroom)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +113,7 @@ def sample_cpu_stages(
 def measure_encoder(model: str | None, cfg: EncoderConfig, windows: list[list[int]]) -> EncoderRate:
     """Tokens per second per device of the encoder on this process's devices, compiled before timing."""
     if not windows:
-        raise ValueError("the sample yielded no text to encode")
+        raise InputError("the sample yielded no text to encode: every sampled document is an error row")
     encoder = Encoder(model_dir.resolve(model), cfg)
     encoder.encode_ids(windows)
     tokens, started = 0, time.perf_counter()

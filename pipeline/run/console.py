@@ -22,8 +22,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from ray.data._internal.logging import SessionFileHandler
-
 from pipeline.run.report import ProgressLine
 
 
@@ -44,10 +42,16 @@ def configure_ray_data(verbosity: str) -> None:
     ray.data.DataContext.get_current().enable_progress_bars = verbosity == "verbose"
     console = {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}[verbosity]
     for handler in logging.getLogger("ray.data").handlers:
-        if not isinstance(handler, SessionFileHandler):
+        if _writes_to_console(handler):
             handler.setLevel(console)
             _drop_notice(handler, BARS_OFF_NOTICE, verbosity)
     _drop_notice(logging.getLogger(AUTH_NOTICE_LOGGER), AUTH_ON_NOTICE, verbosity)
+
+
+def _writes_to_console(handler: logging.Handler) -> bool:
+    """A stream handler that is not a file's: Ray Data's console handler, not its session log file's (which
+    is a plain Handler that opens its file on first use)."""
+    return isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler)
 
 
 # Ray Data warns once that its progress bars are off, telling how to turn them on: here they are off
@@ -55,6 +59,7 @@ def configure_ray_data(verbosity: str) -> None:
 BARS_OFF_NOTICE = "Progress bars disabled"
 # A local Ray that finds ~/.ray/auth_token turns token authentication on and says so at WARNING: good
 # news, not a warning. (Its opposite, that authentication is off, stays: that one is a security warning.)
+# Ray names the logger after the private module that logs it: no public name reaches that record.
 AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 AUTH_ON_NOTICE = "Token authentication is enabled"
 

@@ -152,7 +152,9 @@ def run(cfg: JobConfig) -> RunReport | None:
     spec = model_dir.resolve(cfg.model)
     prompt = spec.prompt_text(cfg.prompt)
     tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)
-    chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, prompt=prompt)
+    chunking = ChunkingConfig(
+        max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, prompt=prompt, mode=cfg.chunking
+    )
     # The stages load the model as resolved here (a hub id pinned to its commit) at the chunks' window.
     encoder = dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens)
     cfg = dataclasses.replace(cfg, model=spec.source, encoder=encoder)

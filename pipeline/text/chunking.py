@@ -1,9 +1,23 @@
-"""Tokenisation and token-window chunking of extracted documents.
+"""Tokenisation and chunking of extracted documents into token windows.
 
 A document is tokenised once, without special tokens, with character offsets.
-Windows of at most `max_tokens` tokens (special tokens included) step through it
-with `overlap` tokens shared between neighbours; each chunk keeps its character
-span in the document text and the 1-based pages that span touches.
+A document that fits one window (`max_tokens`, special tokens and prompt
+included) is one chunk holding the whole text. A longer one is cut into
+windows, each a slice of the document's tokens, so no chunk is ever truncated
+or re-tokenised; `mode` picks where the windows end:
+
+- "boundaries" (the default): each window ends at the strongest boundary near
+  its end (`pipeline.text.boundaries`): a paragraph or a sentence in its last
+  quarter, else a word, else a character of a script written without spaces;
+  inside a word only when the window holds nothing else. A sentence short
+  enough to fit a window with its overlap (`max_tokens - special - overlap`
+  tokens) is never split: the window ends before it instead. Neighbours share
+  up to `overlap` tokens, whole sentences, or else whole words.
+- "window": windows of exactly `max_tokens` step through the tokens, sharing
+  `overlap` tokens; edges fall anywhere, inside words too.
+
+Each chunk keeps its character span in the document text (its `text` is that
+span) and the 1-based pages that span touches.
 """
 
 from __future__ import annotations
@@ -11,11 +25,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 
+import numpy as np
+
 from pipeline.errors import ConfigError
+from pipeline.text.boundaries import CHARACTER, PARAGRAPH, SENTENCE, WORD, cut_levels
 from pipeline.text.tokenizer import Tokenizer
 
 # Pages of a PDF are joined with this, so no token straddles a page break.
 PAGE_SEPARATOR = "\n\n"
+CHUNKING_MODES = ("boundaries", "window")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +41,11 @@ class ChunkingConfig:
     max_tokens: int
     overlap: int
     prompt: str = ""  # text put before every chunk (resolved from --prompt: pipeline.encode.model_dir)
+    mode: str = CHUNKING_MODES[0]  # where windows end: one of CHUNKING_MODES (see above)
+
+    def __post_init__(self):
+        if self.mode not in CHUNKING_MODES:
+            raise ConfigError(f"--chunking must be one of {', '.join(CHUNKING_MODES)}, got {self.mode!r}")
 
     def validate(self, n_special: int, model_max: int) -> None:
         if not n_special < self.max_tokens <= model_max:
@@ -63,23 +86,26 @@ def chunk_document(
     tokenizer: Tokenizer,
     cfg: ChunkingConfig,
 ) -> list[Chunk]:
-    """Token windows over one document's content tokens (`ids`, `offsets` from `encode_content`).
+    """One document's content tokens (`ids`, `offsets` from `encode_content`) -> its chunks, in order.
 
     `ids` must not be empty. A document that fits one window is one chunk whose
     text is the whole document text.
     """
     content = cfg.max_tokens - tokenizer.n_special
-    stride = content - cfg.overlap
     n = len(ids)
-    starts = range(0, max(n - cfg.overlap, 1), stride) if n > content else [0]
+    if n <= content:
+        spans = [(0, n)]
+    elif cfg.mode == "window":
+        spans = window_spans(n, content, cfg.overlap)
+    else:
+        spans = boundary_spans(cut_levels(text, offsets), content, cfg.overlap)
 
     def page_of(char: int) -> int | None:
         return None if page_starts is None else bisect.bisect_right(page_starts, char)
 
     chunks = []
-    for start in starts:
-        end = min(start + content, n)
-        if len(starts) == 1:
+    for start, end in spans:
+        if len(spans) == 1:
             char_start, char_end = 0, len(text)
         else:
             char_start, char_end = offsets[start][0], offsets[end - 1][1]
@@ -94,3 +120,65 @@ def chunk_document(
             )
         )
     return chunks
+
+
+def window_spans(n: int, content: int, overlap: int) -> list[tuple[int, int]]:
+    """Token spans [start, end) of `content` tokens every `content - overlap` tokens over `n` > `content`."""
+    return [(start, min(start + content, n)) for start in range(0, n - overlap, content - overlap)]
+
+
+def boundary_spans(levels: np.ndarray, content: int, overlap: int) -> list[tuple[int, int]]:
+    """Token spans [start, end) of at most `content` tokens, ending and starting at strong cuts.
+
+    `levels`: [n + 1], each cut's level (`cut_levels`), n > `content`. Every
+    span ends past the previous one's end, so each adds tokens: the spans
+    cover every token, and a run without any boundary still advances a window
+    at a time.
+    """
+    n = len(levels) - 1
+    cuts = [np.flatnonzero(levels >= level) for level in range(PARAGRAPH + 1)]  # cuts of at least each level
+
+    def last(level: int, lo: int, hi: int) -> int | None:
+        """The latest cut of at least `level` in (lo, hi]."""
+        i = int(np.searchsorted(cuts[level], hi, side="right")) - 1
+        return int(cuts[level][i]) if i >= 0 and cuts[level][i] > lo else None
+
+    def first(level: int, lo: int, hi: int) -> int | None:
+        """The earliest cut of at least `level` in [lo, hi]."""
+        i = int(np.searchsorted(cuts[level], lo, side="left"))
+        return int(cuts[level][i]) if i < len(cuts[level]) and cuts[level][i] <= hi else None
+
+    def end_of(start: int, after: int) -> int:
+        limit = start + content
+        if limit >= n:
+            return n
+        near = limit - content // 4
+        paragraph = last(PARAGRAPH, after, limit)
+        if paragraph is not None and paragraph >= near:
+            return paragraph
+        sentence = last(SENTENCE, after, limit)
+        # Ending early keeps the next sentence whole, when a window with its overlap can hold it.
+        if sentence is not None and (
+            sentence >= near or first(SENTENCE, sentence + 1, n) - sentence <= content - overlap
+        ):
+            return sentence
+        word = last(WORD, after, limit)
+        if word is not None and word >= near:
+            return word
+        anywhere = last(CHARACTER, after, limit)
+        return limit if anywhere is None else anywhere
+
+    def next_start(start: int, end: int) -> int:
+        lo = max(end - overlap, start + 1)
+        for level in (SENTENCE, WORD, CHARACTER):
+            cut = first(level, lo, end - 1)
+            if cut is not None:
+                return cut
+        return end
+
+    spans, start, end = [], 0, 0
+    while end < n:
+        end = end_of(start, end)
+        spans.append((start, end))
+        start = next_start(start, end)
+    return spans

@@ -38,7 +38,7 @@ def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
 
 def driver_log(pid: int) -> str:
     """What the Ray core worker of the driver process `pid` logged, from Ray's log directory."""
-    from ray._common.utils import get_default_ray_temp_dir
+    from ray._common.utils import get_default_ray_temp_dir  # private: no public API names Ray's temp directory
 
     logs = Path(get_default_ray_temp_dir()).glob(f"session_*/logs/python-core-driver-*_{pid}.log")
     return max(logs, key=lambda log: log.stat().st_mtime).read_text()  # the newest: pids come round again

@@ -201,6 +201,7 @@ def runtime_env_without_pip() -> dict:
 
 
 def test_runtime_env_file_is_valid_and_keeps_the_upload_small(tmp_path):
+    # private: no public API packages a working dir by a runtime_env's excludes, as `ray job submit` does
     from ray._private.runtime_env.packaging import create_package
     from ray.runtime_env import RuntimeEnv
 

@@ -1,7 +1,8 @@
 import pytest
 
+from pipeline.cli import COMMANDS
 from pipeline.errors import ConfigError
-from pipeline.options import parse_job_args
+from pipeline.options import OPTIONS, capacity_config, job_config, options_of, parse_job_args, parse_options
 
 
 def write(tmp_path, text):
@@ -28,7 +29,7 @@ def test_flags_alone_build_the_config_tree():
     )
     assert cfg.inputs == ("a", "s3://b/c") and cfg.output == "out" and cfg.overwrite
     assert cfg.encoder.batch_size == 4 and cfg.encoder.mesh == (("data", 2), ("model", 1))
-    assert cfg.overlap == 32 and cfg.encoder.dtype == "float32"
+    assert cfg.overlap == 32 and cfg.chunking == "boundaries" and cfg.encoder.dtype == "float32"
     assert (cfg.extract.pdf_extractor, cfg.extract.timeout_s, cfg.extract.memory_mib) == ("auto", 120, 2048)
 
 
@@ -37,8 +38,8 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
     cfg = parse_job_args(["--config", path, "--overlap", "16", "--input", "only"])
     assert cfg.inputs == ("only",) and cfg.output == "out/x"
     assert (cfg.max_tokens, cfg.overlap, cfg.encoder.dtype) == (128, 16, "bfloat16")
-    single = parse_job_args(["--config", write(tmp_path, "input: one\noutput: o\n")])
-    assert single.inputs == ("one",)
+    single = parse_job_args(["--config", write(tmp_path, "input: one\noutput: o\nchunking: window\n")])
+    assert single.inputs == ("one",) and single.chunking == "window"
     bounded = parse_job_args(
         [
             "--config",
@@ -54,9 +55,11 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
     "text, message",
     [
         ("input: a\noutput: o\nbatchsize: 3\n", "unknown key 'batchsize'"),
+        ("input: a\noutput: o\nsample-docs: 3\n", "unknown key 'sample-docs'"),  # capacity's, not the job's
         ("input: a\noutput: o\noverlap: lots\n", "overlap must be int"),
         ("input: a\noutput: o\noverlap: true\n", "overlap must be int"),
         ("input: a\noutput: o\ndtype: float16\n", "dtype must be one of"),
+        ("input: a\noutput: o\nchunking: sentences\n", "chunking must be one of boundaries, window"),
         ("input: a\noutput: o\nmesh: data=two\n", "mesh must look like"),
         ("input: a\noutput: o\npdf-extractor: mupdf\n", "pdf_extractor must be one of auto, pypdf, pdfium"),
         ("input: a\noutput: o\nextract-timeout: 0\n", "--extract-timeout must be at least 1 s"),
@@ -73,3 +76,46 @@ def test_bad_config_files_are_refused_clearly(tmp_path, text, message):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read --config"):
         parse_job_args(["--config", str(tmp_path / "nope.yaml")])
+
+
+class Reads(dict):
+    """Option values that remember which keys were read."""
+
+    def __init__(self, values):
+        super().__init__(values)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize(
+    "command, builder, argv",
+    [("embed", job_config, ["--input", "a", "--output", "o"]), ("capacity", capacity_config, ["--input", "a"])],
+)
+def test_every_option_a_commands_config_reads_is_one_the_command_takes(command, builder, argv):
+    """Parsing gives every option of the table, so a builder never fails on a missing key; but an option it
+    reads that the command does not take would be stuck at its default (capacity once lacked --packing)."""
+    values = Reads(parse_options(argv, command, prog=command))
+    assert set(values) == {o.key for o in OPTIONS}
+    builder(values)
+    assert values.read - {o.key for o in options_of(command)} == set()
+
+
+def test_every_command_in_the_table_is_a_docembed_command():
+    named = {command for o in OPTIONS for command in o.commands}
+    assert named == set(COMMANDS) - {"submit"}  # submit passes `ray job submit`'s own options through
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--sample-docs", "0"], "--sample-docs must be at least 1, got 0"),
+        (["--encoder-tokens-per-s", "0"], "--encoder-tokens-per-s must be positive, got 0"),
+        (["--headroom", "-1"], "--headroom must be positive, got -1"),
+    ],
+)
+def test_the_capacity_planners_own_options_are_checked(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        capacity_config(parse_options(["--input", "a", *argv], "capacity", prog="capacity"))

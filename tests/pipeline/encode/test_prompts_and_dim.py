@@ -16,7 +16,7 @@ from pipeline import Embedder
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import EncoderConfig
 from pipeline.errors import ConfigError
-from pipeline.output.fingerprint import fingerprint
+from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig, chunk_document
 from pipeline.text.tokenizer import Tokenizer
 
@@ -81,7 +81,7 @@ def test_every_chunk_carries_the_prompt_within_the_window(window, overlap):
     assert prompt_ids and tokenizer.n_special == plain.n_special + len(prompt_ids)
     text = " ".join(f"word{i % 50} and more" for i in range(window * 2))
     enc = tokenizer.encode_content([text])[0]
-    cfg = ChunkingConfig(max_tokens=window, overlap=overlap, prompt="search_document: ")
+    cfg = ChunkingConfig(max_tokens=window, overlap=overlap, prompt="search_document: ", mode="window")
     cfg.validate(tokenizer.n_special, 8192)
     chunks = chunk_document(text, enc.ids, enc.offsets, None, tokenizer, cfg)
     assert len(chunks) > 3
@@ -119,10 +119,13 @@ def test_dim_beyond_the_model_and_windows_beyond_its_positions_are_refused():
         Embedder.load(str(NOMIC), max_tokens=8193)
 
 
-def test_prompt_and_dim_are_in_the_fingerprint():
+def test_prompt_dim_and_chunking_mode_are_in_the_fingerprint():
     spec = model_dir.resolve(str(NOMIC))
     base = fingerprint(spec, ChunkingConfig(64, 8), EncoderConfig(), "pypdf")
     prompted = fingerprint(spec, ChunkingConfig(64, 8, "search_document: "), EncoderConfig(), "pypdf")
     smaller = fingerprint(spec, ChunkingConfig(64, 8), EncoderConfig(dim=16), "pypdf")
+    windows = fingerprint(spec, ChunkingConfig(64, 8, mode="window"), EncoderConfig(), "pypdf")
     assert prompted["prompt"] == "search_document: " and smaller["dim"] == 16
-    assert len({base["fingerprint"], prompted["fingerprint"], smaller["fingerprint"]}) == 3
+    assert base["chunking"] == "boundaries" and windows["chunking"] == "window"
+    assert len({base["fingerprint"], prompted["fingerprint"], smaller["fingerprint"], windows["fingerprint"]}) == 4
+    assert "chunking 'boundaries' there, 'window' now" in mismatch("out", base, windows)

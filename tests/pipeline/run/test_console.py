@@ -5,13 +5,14 @@ import logging
 import time
 
 import ray.data
-from ray.data._internal.logging import SessionFileHandler
+from ray.data._internal.logging import SessionFileHandler  # private: no public name for Ray Data's log-file handler
 
-from pipeline.run.console import LiveLine, Ticker, configure_ray_data, ray_init_args
+from pipeline.run.console import AUTH_NOTICE_LOGGER, LiveLine, Ticker, configure_ray_data, ray_init_args
 
 
 def console_levels() -> tuple[list[int], list[int]]:
-    handlers = logging.getLogger("ray.data").handlers
+    """The levels of Ray Data's console handlers and of its log-file handlers (pytest's own left out)."""
+    handlers = [h for h in logging.getLogger("ray.data").handlers if not type(h).__module__.startswith("_pytest")]
     files = [h.level for h in handlers if isinstance(h, SessionFileHandler)]
     return [h.level for h in handlers if not isinstance(h, SessionFileHandler)], files
 
@@ -47,7 +48,7 @@ def test_ray_datas_bars_off_notice_is_dropped_off_verbose_only():
 
 
 def test_rays_token_auth_on_notice_is_dropped_off_verbose_only_and_the_off_warning_stays():
-    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    logger = logging.getLogger(AUTH_NOTICE_LOGGER)
 
     def shown(message: str) -> bool:
         return logger.filter(logger.makeRecord(logger.name, logging.WARNING, "x", 1, message, (), None))

@@ -104,7 +104,8 @@ def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path,
         by_doc.setdefault(Path(row["doc_id"]).stem, []).append((row, vector))
     assert {doc: len(chunks) for doc, chunks in by_doc.items()} == {"near-window": 1, "short": 1, "three-chunks": 3}
     n_around = Tokenizer(model / "tokenizer.json", prompt=embedder.encoder.spec.prompt_text(prompt)).n_special
-    assert [row["n_tokens"] for row, _ in by_doc["three-chunks"]][:2] == [WINDOW, WINDOW]
+    # Full windows, but for the end of a word ("river12" is several tokens): no sentence ends in this text.
+    assert all(WINDOW - 4 <= row["n_tokens"] <= WINDOW for row, _ in by_doc["three-chunks"][:2])
     for doc in ("near-window", "short"):
         ((row, vector),) = by_doc[doc]
         assert row["n_tokens"] == LENGTHS[doc] + n_around

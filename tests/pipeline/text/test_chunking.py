@@ -1,7 +1,22 @@
+import base64
+import json
+import os
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
 import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from pipeline.encode.model_location import default_model_dir
 from pipeline.errors import ConfigError
+from pipeline.run.stages import ChunkBlock
+from pipeline.schemas import DOC_SCHEMA
+from pipeline.text.boundaries import CHARACTER, NONE, SENTENCE, WORD, cut_levels
 from pipeline.text.chunking import PAGE_SEPARATOR, ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
 
@@ -28,9 +43,9 @@ def test_short_document_is_one_chunk_with_the_whole_text(tokenizer):
     assert chunk.page_start is None and chunk.page_end is None
 
 
-def test_windows_cover_the_document_with_the_requested_overlap(tokenizer):
+def test_window_mode_windows_cover_the_document_with_the_requested_overlap(tokenizer):
     text = " ".join(f"word{i} is here." for i in range(400))
-    cfg = ChunkingConfig(max_tokens=64, overlap=16)
+    cfg = ChunkingConfig(max_tokens=64, overlap=16, mode="window")
     chunks, enc = chunks_of(text, tokenizer, cfg)
     assert len(chunks) > 1
     content = [c.token_ids[1:-1] for c in chunks]
@@ -66,3 +81,158 @@ def test_bad_window_settings_are_refused():
         ChunkingConfig(max_tokens=300, overlap=0).validate(2, 256)
     with pytest.raises(ConfigError, match="--overlap"):
         ChunkingConfig(max_tokens=64, overlap=62).validate(2, 256)
+    with pytest.raises(ConfigError, match="--chunking must be one of boundaries, window, got 'sentences'"):
+        ChunkingConfig(max_tokens=64, overlap=8, mode="sentences")
+
+
+# Boundary-aware chunking (the default mode).
+
+SAMPLES = Path(__file__).resolve().parents[3] / "samples" / "text"
+SCRIPTS = Path(__file__).resolve().parents[2] / "fixtures" / "scripts"
+XLMR = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "xlm-roberta-sharded" / "tokenizer.json"
+
+
+def english():
+    return "\n\n".join(p.read_text() for p in sorted(SAMPLES.iterdir()))
+
+
+def checked_spans(text, enc, chunks, tokenizer, cfg):
+    """The chunks' token spans [start, end), after checking what every chunking must hold:
+    windows fit, token ids are the document's own, spans are exact and tile the document."""
+    offsets = enc.offsets
+    start_of = {a: i for i, (a, _) in reversed(list(enumerate(offsets)))}
+    end_of = {b: i + 1 for i, (_, b) in enumerate(offsets)}
+    spans = [(start_of[c.char_start], end_of[c.char_end]) for c in chunks]
+    assert spans[0][0] == 0 and spans[-1][1] == len(enc.ids)
+    for c, (s, e) in zip(chunks, spans):
+        assert len(c.token_ids) <= cfg.max_tokens
+        assert c.token_ids == tokenizer.prefix_ids + enc.ids[s:e] + tokenizer.suffix_ids
+        assert c.text == text[c.char_start : c.char_end]
+    for (s0, e0), (s1, e1), c0, c1 in zip(spans, spans[1:], chunks, chunks[1:]):
+        assert s0 < s1 <= e0 < e1 and e0 - s1 <= cfg.overlap  # each adds tokens; the overlap is within budget
+        assert text[c0.char_end : c1.char_start].strip() == ""  # nothing but white space between them
+    return spans
+
+
+def boundary_chunks(text, tokenizer, cfg):
+    """Boundary chunks, checked, with their token spans and the text's cut levels. A chunk that does not
+    end on a sentence ends inside one too long for a window with its overlap."""
+    chunks, enc = chunks_of(text, tokenizer, cfg)
+    spans = checked_spans(text, enc, chunks, tokenizer, cfg)
+    levels = cut_levels(text, enc.offsets)
+    sentences = np.flatnonzero(levels >= SENTENCE)
+    fits = cfg.max_tokens - tokenizer.n_special - cfg.overlap
+    for _, e in spans:
+        i = np.searchsorted(sentences, e)
+        assert levels[e] >= SENTENCE or sentences[i] - sentences[i - 1] > fits
+    return chunks, spans, levels
+
+
+@pytest.mark.parametrize("max_tokens, overlap", [(64, 0), (64, 16), (128, 32), (256, 32)])
+def test_chunks_end_on_sentences_and_keep_every_sentence_that_fits_whole(tokenizer, max_tokens, overlap):
+    cfg = ChunkingConfig(max_tokens=max_tokens, overlap=overlap)
+    chunks, spans, levels = boundary_chunks(english(), tokenizer, cfg)
+    assert len(chunks) > 2
+    fits = max_tokens - tokenizer.n_special - overlap
+    sentences = np.flatnonzero(levels >= SENTENCE)
+    for a, b in zip(sentences, sentences[1:]):
+        if b - a <= fits:
+            assert any(s <= a and b <= e for s, e in spans), f"sentence of tokens [{a}, {b}) split"
+
+
+def test_overlap_is_whole_sentences_else_words(tokenizer):
+    cfg = ChunkingConfig(max_tokens=64, overlap=24)
+    text = english()
+    chunks, spans, levels = boundary_chunks(text, tokenizer, cfg)
+    for (_, e0), (s1, _) in zip(spans, spans[1:]):
+        budget = range(e0 - cfg.overlap, e0)
+        whole_sentence = any(levels[i] >= SENTENCE for i in budget)
+        assert levels[s1] >= (SENTENCE if whole_sentence else WORD)
+        assert s1 == min((i for i in budget if levels[i] >= levels[s1]), default=e0)
+
+
+def test_a_chunk_ends_inside_a_word_only_when_its_new_text_holds_no_other_boundary(tokenizer):
+    blob = base64.b64encode(bytes(range(256)) * 12).decode()  # 4,096 characters, no white space
+    text = f"{english()[:900]}\n{blob} and then. Some words after it.\n\nThe end."
+    cfg = ChunkingConfig(max_tokens=64, overlap=8)
+    chunks, spans, levels = boundary_chunks(text, tokenizer, cfg)
+    forced = [(s, e) for s, e in spans if levels[e] == NONE]
+    assert forced  # the blob is cut, where it must be
+    for (_, e0), (s1, e1) in zip(spans, spans[1:]):
+        if levels[e1] == NONE:
+            assert e1 - s1 == cfg.max_tokens - 2 and max(levels[max(e0, s1) + 1 : e1]) == NONE
+
+
+@pytest.mark.parametrize("path", [None, XLMR], ids=["minilm-base64", "xlm-roberta-letters"])
+def test_a_document_that_is_one_10000_character_word(tokenizer, path):
+    if path is None:  # MiniLM splits base64 at + and /; a word of letters alone is one [UNK] (an error row)
+        word = base64.b64encode(bytes(range(256)) * 30).decode()[:10_000]
+    else:
+        tokenizer, word = Tokenizer(path), "".join(chr(ord("a") + i % 26) for i in range(10_000))
+    cfg = ChunkingConfig(max_tokens=128, overlap=16)
+    chunks, spans, _ = boundary_chunks(word, tokenizer, cfg)
+    content = 128 - tokenizer.n_special
+    assert len(chunks) > 3 and all(e - s == content for s, e in spans[:-1])  # full windows: nowhere better to cut
+
+
+def test_empty_and_one_token_documents(tokenizer):
+    block = ChunkBlock(None, ChunkingConfig(max_tokens=64, overlap=8))
+    docs = [{"doc_id": d, "kind": "text", "pages": [d]} for d in ("", "a", "Hi.")]
+    rows = block(pa.Table.from_pylist(docs, schema=DOC_SCHEMA)).to_pylist()
+    assert rows[0]["error_type"] == "NoTokens"
+    assert [(r["text"], r["token_ids"]) for r in rows[1:]] == [("a", [101, 1037, 102]), ("Hi.", [101, 7632, 1012, 102])]
+
+
+@pytest.mark.parametrize("script", ["ar", "he", "ru", "zh", "ja"])
+def test_right_to_left_cyrillic_and_cjk_texts_end_on_sentences(tokenizer, script):
+    cfg = ChunkingConfig(max_tokens=128, overlap=16)
+    text = (SCRIPTS / f"{script}.txt").read_text()
+    chunks, spans, levels = boundary_chunks(text, tokenizer, cfg)
+    assert len(chunks) > 2
+    ends = [levels[e] for _, e in spans]
+    assert sum(level >= SENTENCE for level in ends) >= len(ends) / 2
+    assert min(ends) >= (CHARACTER if script in ("zh", "ja") else WORD)
+
+
+def test_thai_is_cut_between_characters_never_before_a_combining_mark(tmp_path):
+    # A byte-level BPE tokenizer trained here on the Thai text: its tokens split Thai words,
+    # and some split a character's bytes (the bundled model knows no Thai: one [UNK] per phrase).
+    text = (SCRIPTS / "th.txt").read_text()
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    hf.train_from_iterator([text], trainers.BpeTrainer(vocab_size=400, initial_alphabet=alphabet, show_progress=False))
+    hf.save(str(tmp_path / "tokenizer.json"))
+    tokenizer = Tokenizer(tmp_path / "tokenizer.json")
+    cfg = ChunkingConfig(max_tokens=48, overlap=8)
+    chunks, spans, levels = boundary_chunks(text, tokenizer, cfg)
+    assert len(chunks) > 5
+    assert min(levels[e] for _, e in spans) >= CHARACTER
+    assert not any(unicodedata.category(text[c.char_end : c.char_end + 1] or " ").startswith("M") for c in chunks)
+
+
+def test_a_prompt_that_eats_most_of_the_window(tokenizer):
+    prompted = Tokenizer(default_model_dir() / "tokenizer.json", prompt="Represent this passage for search: " * 6)
+    cfg = ChunkingConfig(max_tokens=prompted.n_special + 5, overlap=1, prompt="...")
+    chunks, spans, levels = boundary_chunks(english()[:2000], prompted, cfg)
+    assert all(len(c.token_ids) <= cfg.max_tokens for c in chunks)
+    # Five content tokens: a chunk ends inside a word only when no word boundary lies among its new tokens.
+    for (_, e0), (s1, e1) in zip(spans, spans[1:]):
+        assert levels[e1] >= WORD or max(levels[max(e0, s1) + 1 : e1], default=NONE) < CHARACTER
+
+
+def test_chunking_is_deterministic_across_processes(tokenizer):
+    text = english() + (SCRIPTS / "ar.txt").read_text() + (SCRIPTS / "zh.txt").read_text()
+    cfg = ChunkingConfig(max_tokens=64, overlap=16)
+    here = [(c.char_start, c.char_end) for c in chunks_of(text, tokenizer, cfg)[0]]
+    assert here == [(c.char_start, c.char_end) for c in chunks_of(text, tokenizer, cfg)[0]]
+    code = (
+        "import json, sys; from tests.pipeline.text.test_chunking import *; "
+        "t = Tokenizer(default_model_dir() / 'tokenizer.json'); text = sys.stdin.read(); "
+        "print(json.dumps([(c.char_start, c.char_end) for c in "
+        "chunks_of(text, t, ChunkingConfig(max_tokens=64, overlap=16))[0]]))"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "RAYON_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, env=env, check=True)
+    assert [tuple(span) for span in json.loads(out.stdout)] == here

@@ -1,0 +1,1 @@
+"""`python -m docembed`: the `docembed` command, whose code is pipeline.cli."""

@@ -1,0 +1,59 @@
+"""The `docembed` command: `docembed COMMAND [options]`, one module here per command.
+
+`jobs/COMMAND.py` runs the same module's `main` from a checkout (what `ray job
+submit --working-dir .` runs). A command's module is imported only when it
+runs, so `docembed --help` and `docembed --version` load neither JAX nor Ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from importlib import metadata
+
+# Each command, what it does: its code is pipeline.cli.<command>.main(argv, prog).
+COMMANDS = {
+    "embed": "embed a corpus into Parquet (jobs/embed.py)",
+    "search": "print the chunks of a finished output closest to a query (jobs/search.py)",
+    "capacity": "CPU cores per accelerator chip for a corpus like the input (jobs/capacity.py)",
+    "submit": "`ray job submit` with docembed's defaults, checked for token authentication first (jobs/submit.py)",
+}
+# What a bug report needs, read from the installed distributions' metadata: importing JAX or Ray takes seconds.
+VERSIONS_OF = ("jax", "ray", "pyarrow")
+
+
+def versions() -> str:
+    """`docembed X (jax Y, ray Z, pyarrow W)`, as installed."""
+
+    def version(distribution: str) -> str:
+        try:
+            return metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return f"docembed {version('docembed')} ({', '.join(f'{d} {version(d)}' for d in VERSIONS_OF)})"
+
+
+def error_line(message: str) -> int:
+    """Says `message` on stderr in docembed's one line for the user's arguments; the exit code to return."""
+    print(f"docembed: error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="docembed",
+        usage="%(prog)s [-h] [--version] COMMAND [options]",
+        description="Batch document embeddings: documents in storage -> chunks -> a JAX encoder -> Parquet.",
+        epilog="commands:\n" + "\n".join(f"  {name:9s} {summary}" for name, summary in COMMANDS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=versions())
+    parser.add_argument(
+        "command", choices=COMMANDS, metavar="COMMAND", help="one of the commands below; COMMAND --help: its options"
+    )
+    # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
+    command = parser.parse_args(argv[:1]).command
+    return importlib.import_module(f"pipeline.cli.{command}").main(argv[1:], prog=f"docembed {command}")

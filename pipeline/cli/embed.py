@@ -1,0 +1,41 @@
+"""Embed a corpus: documents in storage -> chunks -> embeddings in Parquet.
+
+Options may also come from a YAML file (`--config job.yaml`); flags override it.
+
+Runs on the Ray cluster named by RAY_ADDRESS, or on a local Ray started in
+this process when it is unset. Bad arguments, a missing input, an unreadable
+model, an unwritable output or a mesh the encoder hosts cannot hold end the job
+with one line on stderr and exit 2; Ctrl-C or SIGTERM with one line and exit
+130 or 143 (the same command resumes).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from pipeline import run_job
+from pipeline.cli import error_line
+from pipeline.errors import UserError
+from pipeline.io.filesystems import redact
+from pipeline.options import parse_job_args
+from pipeline.run.console import docembed_level
+from pipeline.run.shutdown import Interrupted
+
+
+def main(argv: list[str] | None = None, prog: str = "jobs/embed.py") -> int:
+    logging.basicConfig(format="%(message)s")
+    try:
+        cfg = parse_job_args(argv, __doc__.split("\n\n")[0], prog)
+        logging.getLogger("docembed").setLevel(docembed_level(cfg.verbosity))
+        report = run_job(cfg)
+    except UserError as e:
+        return error_line(str(e))
+    except Interrupted as e:
+        print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
+        return e.exit_code
+    if report is None:
+        print(f"docembed: {redact(cfg.output)} already holds a finished run; nothing to do (--overwrite to redo it)")
+    else:
+        print(report.summary())
+    return 0

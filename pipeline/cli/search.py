@@ -1,0 +1,42 @@
+"""Search a finished output: the chunks closest to a query.
+
+Embeds the query with the same encoder the job used and prints the closest chunks.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from pipeline import Embedder
+from pipeline.cli import error_line
+from pipeline.errors import UserError
+from pipeline.options import parse_options
+from pipeline.results import nearest, read_report, read_table
+
+
+def excerpt(text: str, head: int = 200, tail: int = 100) -> str:
+    """A chunk's text on one line, its middle left out when long: its start and its end show where it was cut."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= head + tail else f"{flat[:head]} […] {flat[-tail:]}"
+
+
+def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
+    a = parse_options(argv, "search", prog=prog, description=__doc__.split("\n\n")[0])
+    try:
+        report = read_report(a["output"])
+        table = read_table(a["output"])
+        # The output's own --dim, so that the query is truncated alike.
+        embedder = Embedder.load(report["config"]["model"], dim=report["config"]["encoder"].get("dim"))
+        if embedder.fingerprint != report["model"]["fingerprint"]:
+            raise UserError(
+                f"{a['output']} was embedded with another model ({report['model']['id']}) than the one loaded"
+            )
+    except UserError as e:
+        return error_line(str(e))
+    hits = nearest(table, embedder.embed([a["query"]], prompt=a["prompt"])[0], a["top"])
+    print(f"top {len(hits)} chunks for: {a['query']!r}")
+    for rank, hit in enumerate(hits.to_pylist(), 1):
+        pages = f" pages {hit['page_start']}-{hit['page_end']}" if hit["page_start"] is not None else ""
+        print(f"{rank}. score {hit['score']:.3f}  {hit['doc_id']} chunk {hit['chunk_index']}{pages}")
+        print(textwrap.indent(textwrap.fill(excerpt(hit["text"]), 100), "     "))
+    return 0

@@ -1,0 +1,101 @@
+"""`ray job submit` for docembed, checked first.
+
+Runs `ray job submit --working-dir . --runtime-env jobs/runtime_env.yaml` with
+the options and command given (either default is left out when given). Before
+it, Ray's own job client (ray.job_submission.JobSubmissionClient, as the CLI
+makes it) connects to the cluster's job API: when the head refuses this shell's
+credentials (401 or 403: token authentication is on, and this shell sends no
+token or another one), it prints one line saying what to set, and exits 2,
+where the CLI would end in a traceback.
+
+Why a check here: Ray 2.60 turns token authentication on for a head started
+with `ray start --head` when ~/.ray/auth_token exists (any local `ray.init()`,
+`docembed embed` included, writes one), but the CLI sends the token only
+with RAY_AUTH_MODE=token. The refusal happens inside `ray job submit`, before
+any docembed code runs on the cluster, so this is the one place of ours that sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ray.exceptions import AuthenticationError, RayError
+
+from pipeline.cli import error_line
+
+DEFAULTS = {"--working-dir": ".", "--runtime-env": "jobs/runtime_env.yaml"}
+# What to set, by what this shell sends: the CLI sends the token only with RAY_AUTH_MODE=token.
+HINTS = {
+    "no token": "{head} requires token authentication and this shell sends no token: export RAY_AUTH_MODE=token "
+    "(the token is read from ~/.ray/auth_token, or RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH)",
+    "token": "{head} refuses this shell's token: use the head's own (`ray get-auth-token` on the head) "
+    "in ~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH",
+}
+
+
+def option(options: list[str], flag: str) -> str | None:
+    """The value of `ray job submit`'s `flag` among `options` (`--flag V` or `--flag=V`), else None."""
+    for i, arg in enumerate(options):
+        if arg == flag and i + 1 < len(options):
+            return options[i + 1]
+        if arg.startswith(f"{flag}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def head_named(options: list[str]) -> str:
+    """The head as the job client picks its address (the environment wins over --address), for the message."""
+    address = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or option(options, "--address")
+    return f"the Ray head at {address}" if address else "the local Ray head"
+
+
+def refusal(options: list[str]) -> str | None:
+    """One line saying what to set when the job API refuses this shell's credentials, else None.
+
+    Anything else (Ray's job client not installed, an unreachable head, bad
+    --headers) is left to `ray job submit`, which says it in its own words.
+    """
+    try:
+        from ray.job_submission import JobSubmissionClient
+
+        headers = option(options, "--headers") or os.environ.get("RAY_JOB_HEADERS")  # as the CLI reads them
+        JobSubmissionClient(option(options, "--address"), headers=json.loads(headers) if headers else None)
+    except AuthenticationError:
+        sends = "token" if os.environ.get("RAY_AUTH_MODE") == "token" else "no token"
+        return HINTS[sends].format(head=head_named(options))
+    except (ImportError, OSError, RuntimeError, RayError, TypeError, ValueError):
+        pass  # `ray job submit` says what is wrong in its own words
+    return None
+
+
+def ray_cli() -> str:
+    beside = Path(sys.executable).with_name("ray")  # the venv's, when it is not activated
+    return str(beside) if beside.exists() else shutil.which("ray") or "ray"
+
+
+def main(argv: list[str] | None = None, prog: str = "jobs/submit.py") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    options, command = argv[:split], argv[split:]
+    cli = ray_cli()
+    if {"-h", "--help"} & set(options):
+        argparse.ArgumentParser(
+            prog=prog,
+            usage="%(prog)s [RAY JOB SUBMIT OPTIONS] -- COMMAND ...",
+            description=__doc__.split("\n\n")[1],
+            epilog="`ray job submit --help` follows: its options are this command's.",
+            add_help=False,
+        ).print_help()
+        sys.stdout.flush()
+        os.execv(cli, [cli, "job", "submit", "--help"])
+    problem = refusal(options)
+    if problem:
+        return error_line(problem)
+    given = {arg.split("=", 1)[0] for arg in options}
+    defaults = [part for flag, value in DEFAULTS.items() if flag not in given for part in (flag, value)]
+    os.execv(cli, [cli, "job", "submit", *defaults, *options, *command])

@@ -1,0 +1,109 @@
+"""How strong a boundary lies between neighbouring tokens: paragraph, sentence, word, character, none.
+
+A document's content tokens (`ids`, `offsets` from `Tokenizer.encode_content`)
+have n + 1 cuts: cut i falls between token i - 1 and token i; cuts 0 and n are
+the document's ends. A cut's level is the strongest boundary in the text
+between the two tokens (their gap, and the characters on either side):
+
+- PARAGRAPH: a blank line (pages of a PDF are joined by one);
+- SENTENCE: after a sentence's terminator and closing quotes or brackets: `. ! ?`
+  and their kin in Arabic, Devanagari, Armenian, Ethiopic, Burmese, followed by
+  white space, except a `.` followed by a lowercase letter ("e.g. the");
+  the full-width `。！？` of Chinese and Japanese, followed by anything;
+- WORD: white space;
+- CHARACTER: no white space, but a character of a script written without
+  spaces on either side (Han, kana, Thai, Lao, Khmer, Burmese, and their
+  punctuation), where each character is a place to cut, unless a combining
+  mark (a Thai vowel or tone mark) follows;
+- NONE: inside a word (between "photo" and "##synthesis"), or inside one
+  character that a byte-level tokenizer split.
+
+A small set of regular expressions and code point ranges rather than a Unicode
+segmentation library: the regexes run once over the text, in C, and every cut's
+level then comes from array lookups, a small part of the tokeniser's time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+
+import numpy as np
+
+NONE, CHARACTER, WORD, SENTENCE, PARAGRAPH = range(5)
+
+_CLOSERS = "\"'”’»›)\\]}」』）】〕〉》"
+_SENTENCE_END = re.compile(
+    rf"(?:[.!?…‼⁇⁈⁉؟۔।॥։።။]+[{_CLOSERS}]*(?=\s|$)|[。！？｡]+[{_CLOSERS}]*)",
+)
+_PARAGRAPH = re.compile(r"\n[^\S\n]*\n")
+
+# Scripts written without spaces between words: Thai, Lao, Burmese, Khmer; CJK
+# punctuation, kana, Han (and its extensions and compatibility forms), full-width forms.
+_SPACELESS = np.array(
+    [
+        (0x0E00, 0x0EFF),
+        (0x1000, 0x109F),
+        (0x1780, 0x17FF),
+        (0x2E80, 0x2FDF),
+        (0x3000, 0x30FF),
+        (0x31F0, 0x31FF),
+        (0x3400, 0x4DBF),
+        (0x4E00, 0x9FFF),
+        (0xF900, 0xFAFF),
+        (0xFF00, 0xFFEF),
+        (0x20000, 0x3FFFF),
+    ]
+)
+
+
+# Combining marks of the Basic Multilingual Plane, where every script written without spaces has its marks.
+_MARK = np.array([unicodedata.category(chr(c)).startswith("M") for c in range(0x10000)])
+
+
+def _spaceless(codepoints: np.ndarray) -> np.ndarray:
+    # The ranges are sorted and disjoint: a code point is inside one when it falls after an odd number of edges.
+    return np.searchsorted(_SPACELESS.ravel(), codepoints, side="right") % 2 == 1
+
+
+def _sentence_ends(text: str) -> np.ndarray:
+    """Character positions just after each sentence's terminator (and closers)."""
+    ends = []
+    for m in _SENTENCE_END.finditer(text):
+        after = text[m.end() : m.end() + 16].lstrip()
+        if m.group().startswith(".") and after[:1].islower():
+            continue
+        ends.append(m.end())
+    return np.array(ends, dtype=np.int64)
+
+
+def cut_levels(text: str, offsets: list[tuple[int, int]]) -> np.ndarray:
+    """[n + 1] int8: the level of each cut between `offsets`' n tokens, PARAGRAPH at both ends."""
+    n = len(offsets)
+    levels = np.full(n + 1, PARAGRAPH, dtype=np.int8)
+    if n < 2:
+        return levels
+    spans = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
+    before, after = spans[:-1, 1], spans[1:, 0]  # the gap of cut i is text[before[i-1]:after[i-1]]
+    codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    spaceless = np.append(_spaceless(codepoints), False)  # index len(text): past the end
+    mark = np.append(_MARK[np.minimum(codepoints, 0xFFFF)] & (codepoints <= 0xFFFF), False)
+    touching = (after == before) & ~mark[after]
+    inner = np.where(
+        touching & (spaceless[np.maximum(before - 1, 0)] | spaceless[after]),
+        CHARACTER,
+        np.where(after > before, WORD, NONE),
+    )
+    for level, positions in (
+        (SENTENCE, _sentence_ends(text)),
+        (PARAGRAPH, np.array([m.start() for m in _PARAGRAPH.finditer(text)], dtype=np.int64)),
+    ):
+        if not positions.size:
+            continue
+        # A boundary at position p marks the cut whose gap holds it: before <= p <= after.
+        first = np.searchsorted(positions, before, side="left")
+        holds = (first < len(positions)) & (positions[np.minimum(first, len(positions) - 1)] <= after)
+        inner = np.where(holds & (after >= before), level, inner)
+    levels[1:-1] = inner
+    return levels

@@ -1,0 +1,81 @@
+"""The `docembed` command itself: its help and version, each command's help, and what installs it."""
+
+import re
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from jobs import capacity, embed, search
+from pipeline.cli import COMMANDS, main
+from pipeline.options import options_of
+
+DOCEMBED = Path(sys.executable).with_name("docembed")  # the console script `pip install .` puts beside python
+SCRIPTS = {"embed": embed.main, "search": search.main, "capacity": capacity.main}
+
+
+def shown(capsys, run) -> tuple[int, str, str]:
+    """The exit code of `run()`, which ends in argparse's exit, and what it printed to stdout and stderr."""
+    with pytest.raises(SystemExit) as exited:
+        run()
+    printed = capsys.readouterr()
+    return exited.value.code, printed.out, printed.err
+
+
+def flags(help_text: str) -> set[str]:
+    return set(re.findall(r"^  (--?[a-z][\w-]*)", help_text, re.MULTILINE))
+
+
+def test_help_lists_every_command_and_a_bad_one_is_a_usage_error(capsys):
+    code, out, _ = shown(capsys, lambda: main(["--help"]))
+    assert code == 0 and out.startswith("usage: docembed [-h] [--version] COMMAND [options]")
+    assert all(f"  {name:9s} {summary}\n" in out for name, summary in COMMANDS.items()), out
+    for argv, message in [([], "required: COMMAND"), (["embedd", "--input", "x"], "invalid choice: 'embedd'")]:
+        code, _, err = shown(capsys, lambda argv=argv: main(argv))
+        assert code == 2 and message in err
+
+
+@pytest.mark.parametrize("command", ["embed", "search", "capacity"])
+def test_each_commands_help_offers_exactly_its_scripts_options(capsys, command):
+    """`docembed COMMAND --help` and `python jobs/COMMAND.py --help`: one parser, the options table's rows for it."""
+    code, out, _ = shown(capsys, lambda: main([command, "--help"]))
+    assert code == 0 and out.startswith(f"usage: docembed {command} ")
+    script_code, script_out, _ = shown(capsys, lambda: SCRIPTS[command](["--help"]))
+    assert script_code == 0 and script_out.startswith(f"usage: jobs/{command}.py ")
+    config_file = {"--config"} if command == "embed" else set()
+    assert flags(out) == flags(script_out) == {"-h"} | config_file | {o.flag for o in options_of(command)}
+
+
+def test_submit_help_is_docembeds_then_ray_job_submits():
+    result = subprocess.run([DOCEMBED, "submit", "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: docembed submit [RAY JOB SUBMIT OPTIONS] -- COMMAND ...")
+    assert "Usage: ray job submit" in result.stdout and "--submission-id" in result.stdout
+
+
+def test_version_names_docembed_jax_ray_and_pyarrow_without_importing_them(tmp_path):
+    """From another directory, so that `python -m docembed` finds the installed package, not the checkout."""
+    expected = "docembed {} (jax {}, ray {}, pyarrow {})".format(
+        *(metadata.version(d) for d in ("docembed", "jax", "ray", "pyarrow"))
+    )
+    script = subprocess.run([DOCEMBED, "--version"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert script.returncode == 0 and script.stdout.strip() == expected, script.stdout + script.stderr
+    module = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "docembed", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert module.returncode == 0 and module.stdout.strip() == expected, module.stdout + module.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in module.stderr.splitlines() if line.startswith("import")}
+    assert "pipeline.cli" in imported
+    assert not [m for m in imported if m.split(".")[0] in ("jax", "ray", "pyarrow")]
+
+
+def test_the_console_script_is_the_installed_distributions():
+    [script] = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "docembed"]
+    assert script.value == "pipeline.cli:main" and script.dist.name == "docembed"
+    assert DOCEMBED.exists(), "pip install . did not put the docembed script beside python"

@@ -1,0 +1,102 @@
+"""Every documented command line of `docembed`, run as a user runs it: the console script or `python -m docembed`.
+
+`jobs/*.py` run the same code (tests/jobs/): here each command's documented
+forms run at least once through the command, `capacity`'s measuring path
+included. One embed run serves the searches.
+"""
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from pipeline.results import read_report
+
+from support import REPO, SAMPLES
+
+DOCEMBED = [str(Path(sys.executable).with_name("docembed"))]
+PYTHON_M = [sys.executable, "-m", "docembed"]
+
+
+def run(command: list[str], *args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env or os.environ
+    )
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory) -> Path:
+    """`docembed embed --config job.yaml` with flags over the file: samples/text into an output."""
+    root = tmp_path_factory.mktemp("embedded")
+    (root / "job.yaml").write_text(f"input: [{SAMPLES / 'text'}]\nmax-tokens: 128\noverlap: 8\n")
+    out = root / "out"
+    result = run(DOCEMBED, "embed", "--config", str(root / "job.yaml"), "--output", str(out), "--overlap", "16")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "docembed: 5 inputs (0 skipped): 5 embedded, 0 failed" in result.stdout
+    return out
+
+
+def test_embed_takes_a_config_file_and_flags_over_it(embedded):
+    chunking = read_report(str(embedded))["config"]["chunking"]
+    assert (chunking["max_tokens"], chunking["overlap"]) == (128, 16)
+
+
+def test_search_with_every_option(embedded):
+    query = ["--query", "photosynthesis", "--top", "2", "--prompt", ""]
+    result = run(PYTHON_M, "search", "--output", str(embedded), *query)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in result.stdout
+
+
+def test_capacity_measures_the_encoder_here_without_a_given_rate():
+    """The path that once ended in KeyError: 'packing', since the planner's parser lacked the encoder's options."""
+    result = run(DOCEMBED, "capacity", "--input", str(SAMPLES / "text"), "--sample-docs", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "encoder: " in result.stdout and "measured here on the CPU" in result.stdout
+    assert "no accelerator here" in result.stdout and "with 1.25x headroom: " in result.stdout
+
+
+class RefusingJobApi(http.server.BaseHTTPRequestHandler):
+    """A Ray head's job API with token authentication on: 401 without a token, 403 with another one."""
+
+    def do_GET(self):
+        status = 403 if self.headers.get("Authorization") else 401
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b"Unauthorized" if status == 401 else b"Forbidden")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def refusing_head():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusingJobApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_submit_says_in_one_line_what_to_set_when_the_head_refuses(refusing_head, tmp_path):
+    """Ray's job client (public API) meets the refusal; nothing is submitted. The real head: test_ray_job_submit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HOME": str(tmp_path)}
+    command = ["--", "python", "jobs/embed.py", "--input", "samples", "--output", "out/x"]
+    no_token = run(DOCEMBED, "submit", "--address", refusing_head, *command, env=env)
+    assert no_token.returncode == 2, no_token.stdout + no_token.stderr
+    [line] = no_token.stderr.splitlines()
+    assert line.startswith(f"docembed: error: the Ray head at {refusing_head} requires token authentication")
+    assert "export RAY_AUTH_MODE=token" in line
+
+    other_token = env | {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "not-the-heads-token"}
+    other_token["RAY_ADDRESS"] = refusing_head
+    refused = run(PYTHON_M, "submit", *command, env=other_token)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    [line] = refused.stderr.splitlines()
+    assert line.startswith(f"docembed: error: the Ray head at {refusing_head} refuses this shell's token")
