@@ -36,6 +36,8 @@ INTEGRATION = (
     "tests/kernels/test_bert_sharding.py",
     "tests/kernels/encoders/test_sharding.py",
 )
+# Minutes each on 2 cores (crash and resume on three stores, fault injection, jobs on object stores).
+LONGEST = ("tests/storage/", "tests/faults/")
 INTEGRATION_TESTS = (
     "test_pdfium_agrees_with_pypdf_on_every_real_pdf",
     "test_job_schedules_encoders_on_the_tpu_resource",
@@ -44,14 +46,16 @@ INTEGRATION_TESTS = (
 
 
 def pytest_collection_modifyitems(items):
+    rank = {}  # per file: 0 the longest, 1 others with integration tests, 2 the rest
     for item in items:
         path = Path(item.fspath).relative_to(REPO).as_posix()
+        rank.setdefault(path, 2)
         if path.startswith(INTEGRATION) or item.originalname in INTEGRATION_TESTS:
             item.add_marker(pytest.mark.integration)
-    # Files with integration tests first (a stable sort keeps each file's own order): `make test`'s two
-    # workers take whole files in this order, so the long ones start early and the short ones fill the end.
-    heavy = {item.fspath for item in items if item.get_closest_marker("integration")}
-    items.sort(key=lambda item: item.fspath not in heavy)
+            rank[path] = 0 if path.startswith(LONGEST) else 1
+    # `make test`'s two workers take whole files in this order (a stable sort keeps each file's own), so the
+    # long ones start early and the short ones fill the end.
+    items.sort(key=lambda item: rank[Path(item.fspath).relative_to(REPO).as_posix()])
 
 
 @pytest.fixture(scope="session")
