@@ -13,10 +13,14 @@ import time
 
 import psutil
 import pyarrow.parquet as pq
+import pytest
 
 from support import REPO, SAMPLES
 
 EMBED = [sys.executable, str(REPO / "jobs" / "embed.py")]
+# On a loaded machine a Ray Data task killed by the stopping driver now and then aborts ("Mutex corrupt"
+# while its process exits) and its dump reaches the driver's output: with nothing beside it, it has not.
+pytestmark = pytest.mark.alone
 
 
 def wait_for_sandbox(driver: psutil.Process, timeout: float = 240) -> list[psutil.Process]:
