@@ -33,8 +33,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from pipeline.io import shards  # noqa: E402
 from pipeline.io.listing import InputFile  # noqa: E402
-from pipeline.output.groups import Group, work_blocks  # noqa: E402
-from pipeline.run.stages import EXTRACT_BATCH, extract_block  # noqa: E402
+from pipeline.output.groups import record_groups, work_blocks  # noqa: E402
+from pipeline.run.stages import extract_block  # noqa: E402
 
 ROWS_PER_GROUP = 200_000  # row groups of ~35 MB: what Spark-like writers make for a 128 MB block
 
@@ -88,9 +88,10 @@ def read_once(shard: InputFile, split: bool) -> tuple[float, float, int, int, in
         if split:
             plan = ray.get(ray.remote(num_cpus=1)(shards.plan_units).remote(shard.uri, shard.kind, shard.size))
         planning = time.perf_counter() - started
-        group = Group("bench", (shard,), plan)
+        listing = pa.table({"uri": [shard.uri], "kind": [shard.kind], "size": [shard.size]})
+        blocks = list(work_blocks(record_groups(listing, 1, "bench"), lambda entry: plan))
         ds = (
-            ray.data.from_arrow(work_blocks([group], EXTRACT_BATCH))
+            ray.data.from_arrow(blocks)
             .map_batches(extract_block, batch_size=None, batch_format="pyarrow", num_cpus=1)
             .map_batches(count_rows, batch_size=None, batch_format="pyarrow")
         )

@@ -1,6 +1,7 @@
 """The Arrow schemas the stages hand each other, and the one way to make an error row.
 
-    WORK_SCHEMA      the driver's input files, by group          -> extract_block
+    INPUTS_SCHEMA    the recorded listing: each input and its group -> _inputs/ (pipeline.output.inputs)
+    WORK_SCHEMA      the recorded inputs in blocks, by group      -> extract_block
     DOC_SCHEMA       a document's pages                           -> ChunkBlock
     CHUNK_SCHEMA     a chunk's text and token ids                 -> EncodeBlock
     embedded_schema  a chunk's embedding, token ids dropped       -> write_block
@@ -40,6 +41,9 @@ UNIT_FIELDS = [
     pa.field("unit_first", pa.int64()),
     pa.field("unit_repeats", pa.list_(pa.int64())),
 ]
+INPUTS_SCHEMA = pa.schema(
+    [pa.field("uri", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())] + GROUP_FIELDS
+)
 WORK_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())] + GROUP_FIELDS + UNIT_FIELDS)
 
 DOC_SCHEMA = pa.schema(

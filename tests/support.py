@@ -34,11 +34,29 @@ def wait_for_idle_cluster(timeout: float = 60) -> None:
     raise AssertionError(f"the cluster's resources are still held: {ray.available_resources()}")
 
 
-def text_files(n: int, prefix: str = "/d/f") -> list:
-    """`n` listed text files (not on disk), as the driver's listing gives them."""
-    from pipeline.io.listing import InputFile
+def listing(uris: list[str], size: int = 1):
+    """Listing entries (uri, kind, size) of files not on disk, as `pipeline.io.listing.list_pages` gives them."""
+    import pyarrow as pa
 
-    return [InputFile(f"{prefix}{i:03d}.txt", "text", 1) for i in range(n)]
+    from pipeline.kinds import kind_of
+
+    return pa.table({"uri": uris, "kind": [kind_of(u) for u in uris], "size": pa.array([size] * len(uris), pa.int64())})
+
+
+def recorded_members(fs, root: str) -> dict[str, set[str]]:
+    """Each commit group's members, as an output's recorded listing (`_inputs/`) names them."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(f"{root}/_inputs", filesystem=fs, columns=["uri", "group"])
+    members: dict[str, set[str]] = {}
+    for uri, group in zip(table.column("uri").to_pylist(), table.column("group").to_pylist()):
+        members.setdefault(group, set()).add(uri)
+    return members
+
+
+def text_files(n: int, prefix: str = "/d/f") -> list[str]:
+    """The URIs of `n` text files."""
+    return [f"{prefix}{i:03d}.txt" for i in range(n)]
 
 
 def run_on_cpu_devices(script: Path, out: Path, devices: int, timeout: float) -> dict:

@@ -1,6 +1,8 @@
 """Where everything lives under `--output`: every file name the job writes is decided here.
 
 _docembed.json                            written first: the output's fingerprint
+_inputs/part-<k>.parquet                  the listing the run works from, each input with its group
+_inputs/_LISTED.json                      written once the listing is recorded whole
 embeddings/part-<group>-<digest>.parquet  chunk rows of one group (one or more parts)
 errors/part-<group>-<digest>.parquet      error rows of one group
 _groups/<group>.json                      a group's done-marker, written after all of its parts
@@ -18,17 +20,29 @@ MANIFEST_FILE = "_docembed.json"
 EMBEDDINGS_DIR = "embeddings"
 ERRORS_DIR = "errors"
 GROUPS_DIR = "_groups"
+INPUTS_DIR = "_inputs"
+LISTED_FILE = f"{INPUTS_DIR}/_LISTED.json"
 STAGING_DIR = "_staging"
 SUCCESS_FILE = "_SUCCESS"
 PARTS_DIRS = (EMBEDDINGS_DIR, ERRORS_DIR)
 # What a docembed run writes, and all that `--overwrite` or a reconciliation may delete.
-OURS = (EMBEDDINGS_DIR, ERRORS_DIR, GROUPS_DIR, STAGING_DIR)
-FORMAT = 1  # of this layout; part of every group id
+OURS = (EMBEDDINGS_DIR, ERRORS_DIR, GROUPS_DIR, INPUTS_DIR, STAGING_DIR)
+FORMAT = 2  # of this layout; part of every group id (2: the recorded listing, markers without members)
 
 
 def part_name(group: str, table: pa.Table) -> str:
     """`part-<group>-<digest of the rows' (doc_id, chunk_index)>.parquet`: the same rows, the same name."""
     return f"part-{group}-{rows_digest(table)}.parquet"
+
+
+def inputs_part_path(k: int) -> str:
+    return f"{INPUTS_DIR}/part-{k:06d}.parquet"
+
+
+def inputs_part_index(name: str) -> int | None:
+    """k of `part-<k>.parquet` under `_inputs/`; None for anything else."""
+    stem = name.removeprefix("part-").removesuffix(".parquet")
+    return int(stem) if name.startswith("part-") and name.endswith(".parquet") and stem.isdigit() else None
 
 
 def marker_path(group: str) -> str:

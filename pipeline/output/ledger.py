@@ -18,12 +18,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import threading
+import time
 
 from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
 from pipeline.output.files import delete_parts, dumps, list_parts
-from pipeline.output.groups import Group
 from pipeline.output.layout import FORMAT, STAGING_DIR, marker_path
 from pipeline.output.resume import Resume
 
@@ -44,23 +45,44 @@ class _Tally:
 class Ledger:
     """The driver's account of which groups are done; writes each group's marker when it completes.
 
-    Holds a tally only for groups in flight, and the part names of finished ones
-    (for the final sweep): small next to the job's list of input files.
+    Groups are made known as the listing is recorded (`expect`, from the
+    listing's thread) and counted as their summaries arrive (`add`, from the
+    driver's loop). It holds a tally only for groups in flight, the file count
+    of groups not yet done, and the part names of finished ones (for the final
+    sweep): per group, never per file.
     """
 
-    def __init__(self, output: str, groups: list[Group], resume: Resume):
+    def __init__(self, output: str, resume: Resume):
         self.output = output
         self.fs, self.root = filesystem_for(output)
-        self.members = {g.id: g for g in groups}
-        self.todo = {g.id for g in groups} - set(resume.done)
+        self.expected: dict[str, int | None] = {}  # groups not done -> their file count (None: a shard)
         self.parts = {g: set(m["parts"]) for g, m in resume.done.items()}
         self.documents = sum(_docs(m["counts"]) for m in resume.done.values())
         self.pending: dict[str, _Tally] = {}
+        self.first_done_at: float | None = None  # when this run's first group was committed (time.time())
+        self._lock = threading.Lock()
+
+    @property
+    def todo(self) -> int:
+        return len(self.expected)
+
+    @property
+    def done(self) -> int:
+        return len(self.parts)
+
+    def expect(self, groups: dict[str, int | None]) -> None:
+        """Groups of the recorded listing (-> file count, or None for a shard); those already done are skipped."""
+        with self._lock:
+            self.expected.update((g, docs) for g, docs in groups.items() if g not in self.parts)
 
     def add(self, summary: dict) -> dict | None:
         """Counts one writer summary; returns the group's marker when this completes it."""
+        with self._lock:
+            return self._add(summary)
+
+    def _add(self, summary: dict) -> dict | None:
         group = summary["group"]
-        if group not in self.todo:
+        if group not in self.expected:
             if set(summary["parts"]) <= self.parts.get(group, set()):
                 return None  # a retried write of parts already counted
             raise RuntimeError(f"rows for group {group}, which is not being written: refusing to go on")
@@ -76,7 +98,7 @@ class Ledger:
         tally.counts.update({k: summary[k] for k in COUNT_KEYS})
         tally.error_types.update(json.loads(summary["error_types"]))
 
-        expected_docs = self.members[group].docs
+        expected_docs = self.expected[group]
         if expected_docs is not None and tally.group_docs not in (None, expected_docs):
             raise RuntimeError(f"group {group}: {expected_docs} files but rows say {tally.group_docs}")
         docs = expected_docs if expected_docs is not None else tally.group_docs
@@ -89,28 +111,24 @@ class Ledger:
     def _finish(self, group: str, tally: _Tally) -> dict:
         counts = {k: tally.counts[k] for k in COUNT_KEYS}
         counts["error_types"] = dict(tally.error_types)
-        marker = {
-            "format": FORMAT,
-            "group": group,
-            "members": [f.uri for f in self.members[group].members],
-            "parts": sorted(tally.parts),
-            "counts": counts,
-        }
+        # Its members are in the recorded listing (`_inputs/`, by group), not repeated here.
+        marker = {"format": FORMAT, "group": group, "parts": sorted(tally.parts), "counts": counts}
         path = f"{self.root}/{marker_path(group)}"
         with failing_at(f"output {self.output}"):
             storage.write_file(self.fs, path, dumps(marker), f"{self.root}/{STAGING_DIR}")
+        self.first_done_at = self.first_done_at or time.time()
         del self.pending[group]
-        self.todo.discard(group)
+        del self.expected[group]
         self.parts[group] = set(tally.parts)
         self.documents += _docs(counts)
         return marker
 
     def finish(self) -> None:
         """Checks that every group is done and sweeps parts that no marker lists."""
-        if self.todo:
+        if self.expected:
             raise RuntimeError(
-                f"{len(self.todo)} of {len(self.members)} groups did not complete "
-                f"(e.g. {sorted(self.todo)[0]}): refusing to mark the output done"
+                f"{self.todo} of {self.todo + self.done} groups did not complete "
+                f"(e.g. {min(self.expected)}): refusing to mark the output done"
             )
         with failing_at(f"output {self.output}"):
             listed = set().union(*self.parts.values()) if self.parts else set()

@@ -2,10 +2,11 @@
 
 A rerun (`open_output`): a finished output (`_SUCCESS`) is left alone, or with
 `--overwrite` cleared. Otherwise the recorded fingerprint must equal this run's,
-or the run is refused. Markers of this job's groups whose parts all exist are
-kept and those groups skipped; every other marker, every part that no kept
-marker lists, and `_staging/` are deleted; the other groups run again from
-scratch. The whole protocol: docs/exactly-once.md.
+or the run is refused. The recorded listing (`_inputs/`, `pipeline.output.inputs`)
+names the run's groups: markers of those groups whose parts all exist are kept
+and those groups skipped; every other marker, every part that no kept marker
+lists, and `_staging/` are deleted; the other groups run again from scratch.
+The whole protocol: docs/exactly-once.md.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
 from pipeline.output.files import delete_parts, dumps, list_parts, parallel, read_json
 from pipeline.output.fingerprint import mismatch
+from pipeline.output.inputs import Record, read_record
 from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, STAGING_DIR, SUCCESS_FILE, group_of_marker
 
 
@@ -28,11 +30,12 @@ class Resume:
     """What an unfinished output already holds for this job."""
 
     done: dict[str, dict]  # group id -> its marker
+    record: Record  # the listing recorded so far: whole, part of it (a stopped listing), or none
     dropped_groups: int = 0  # markers deleted: not this job's groups, or with parts missing
     dropped_parts: int = 0  # parts deleted: of groups that never finished
 
 
-def open_output(output: str, *, overwrite: bool, manifest: dict, group_ids: set[str]) -> Resume | None:
+def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | None:
     """Makes `output` ready for this job; None when it already holds a finished run."""
     fs, root = filesystem_for(output)
     with failing_at(f"output {output}"):
@@ -50,17 +53,17 @@ def open_output(output: str, *, overwrite: bool, manifest: dict, group_ids: set[
             storage.write_file(fs, f"{root}/{MANIFEST_FILE}", dumps(manifest), f"{root}/{STAGING_DIR}")
         elif recorded.get("fingerprint") != manifest["fingerprint"]:
             raise OutputError(mismatch(output, recorded, manifest))
-        return _reconcile(fs, root, group_ids)
+        return _reconcile(fs, root, read_record(fs, root))
 
 
-def _reconcile(fs: pafs.FileSystem, root: str, group_ids: set[str]) -> Resume:
+def _reconcile(fs: pafs.FileSystem, root: str, record: Record) -> Resume:
     markers = {}
     for info in storage.list_files(fs, f"{root}/{GROUPS_DIR}"):
         group = group_of_marker(info.path.rsplit("/", 1)[-1])
         if group is not None:
             markers[group] = info.path
     present = list_parts(fs, root)
-    wanted = [g for g in markers if g in group_ids]
+    wanted = [g for g in markers if g in record.groups]
     contents = dict(zip(wanted, parallel(lambda g: read_json(fs, markers[g]), wanted)))
     done = {g: m for g, m in contents.items() if m is not None and set(m.get("parts", [])) <= present}
     dropped = [path for g, path in markers.items() if g not in done]
@@ -71,7 +74,7 @@ def _reconcile(fs: pafs.FileSystem, root: str, group_ids: set[str]) -> Resume:
     delete_parts(fs, root, orphans)
     storage.delete_tree(fs, f"{root}/{STAGING_DIR}")
     storage.makedirs(fs, f"{root}/{STAGING_DIR}")
-    return Resume(done=done, dropped_groups=len(dropped), dropped_parts=len(orphans))
+    return Resume(done=done, record=record, dropped_groups=len(dropped), dropped_parts=len(orphans))
 
 
 def _clear(fs: pafs.FileSystem, root: str) -> None:

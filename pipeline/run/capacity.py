@@ -26,9 +26,9 @@ from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io.listing import list_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
-from pipeline.output.groups import form_groups, work_blocks
+from pipeline.output.groups import record_groups, work_blocks
 from pipeline.run.stage_clock import STAGE_UNITS, RunTally, StageTable
-from pipeline.run.stages import EXTRACT_BATCH, ChunkBlock, extract_block
+from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
 from pipeline.text.tokenizer import Tokenizer
 
@@ -99,7 +99,10 @@ def sample_cpu_stages(
     tally = RunTally()
     chunker = ChunkBlock(model, chunking, record=tally.record)
     windows, documents = [], 0
-    for block in work_blocks(form_groups(sample, group_size=len(sample)), EXTRACT_BATCH):
+    listing = pa.table(
+        {"uri": [f.uri for f in sample], "kind": [f.kind for f in sample], "size": [f.size for f in sample]}
+    )
+    for block in work_blocks(record_groups(listing, group_size=len(sample))):
         for docs in extract_block(block, fields, extract, record=tally.record):
             chunks = chunker(docs)
             documents += docs.num_rows

@@ -1,9 +1,11 @@
 """The embedding job: a Ray Data graph from input files to committed Parquet and `_SUCCESS`.
 
-    list inputs (driver) -> read + extract (tasks) -> tokenise + chunk (CPU actors)
-      -> encode (accelerator actors) -> write parts (writer actors) -> summary rows (driver)
+    list inputs, record them in groups (driver thread) -> recorded parts read back (one read task)
+      -> read + extract (tasks) -> tokenise + chunk (CPU actors) -> encode (accelerator actors)
+      -> write parts (writer actors) -> summary rows (driver)
 
-The driver only ever holds file names and per-block summary rows.
+The driver holds no state per input file: the listing streams to `_inputs/` as it
+is made (`pipeline.run.feed`), and the ledger keeps a tally per group.
 """
 
 from __future__ import annotations
@@ -31,19 +33,20 @@ from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
-from pipeline.io.listing import InputFile, list_inputs
+from pipeline.io.listing import list_pages
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
-from pipeline.output import sink
+from pipeline.output import inputs, sink
 from pipeline.output.fingerprint import fingerprint
-from pipeline.output.groups import Group, form_groups, work_blocks
+from pipeline.output.groups import GroupCutter
 from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
+from pipeline.run.feed import ListingFailed, ListingFeed, RecordedInputs, Recorder
 from pipeline.run.report import ProgressLine, RunReport
 from pipeline.run.shutdown import Interrupted, interruptible
-from pipeline.run.stages import EXTRACT_BATCH, ChunkBlock, extract_block
+from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.run.stderr_filter import known_ray_noise_dropped
 from pipeline.run.tally import RUN_TALLY_PREFIX, RunTallyActor, SendToTally
 from pipeline.text.chunking import ChunkingConfig
@@ -77,14 +80,13 @@ class JobGraph:
     metadata: dict[str, str]  # Parquet metadata of every part
     record: SendToTally
 
-    def dataset(self, groups: list[Group]) -> ray.data.Dataset:
-        """The Ray Data graph over `groups`: summary rows of committed parts come out of it."""
+    def dataset(self, source: RecordedInputs) -> ray.data.Dataset:
+        """The Ray Data graph over the recorded listing: summary rows of committed parts come out of it."""
         cfg, placement, record = self.cfg, self.placement, self.record
-        # Many small input blocks (not a repartition, which would need a CPU of its own
-        # while the actor pools hold theirs) so extraction spreads over workers; a
-        # block never mixes groups, and a shard is one block that streams out many.
+        # Small input blocks, never mixing groups, so extraction spreads over workers; a
+        # shard is one block that streams out many. The read asks for no CPU (see feed.py).
         return (
-            ray.data.from_arrow(work_blocks(groups, EXTRACT_BATCH))
+            ray.data.read_datasource(source, override_num_blocks=1, num_cpus=0)
             .map_batches(
                 extract_block,
                 fn_kwargs={"fields": self.fields, "extract": self.extract, "record": record},
@@ -163,18 +165,15 @@ def run(cfg: JobConfig) -> RunReport | None:
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
-    inputs, skipped = list_inputs(list(cfg.inputs))
-    if not inputs:
-        raise InputError(
-            f"no documents ({kinds.described()}) under {redact(', '.join(cfg.inputs))} ({skipped} other files skipped)"
-        )
     sink.check_writable(cfg.output)
+    if cfg.overwrite or not inputs.is_complete(cfg.output):
+        _check_documents(cfg.inputs)
 
     owns_ray = _init_ray(cfg.verbosity)
     # After Ray's start, so that the processes it starts never hold the filter's pipe.
     with known_ray_noise_dropped(), interruptible():
         try:
-            return _run_on_ray(cfg, started, spec, chunking, extract, inputs, skipped)
+            return _run_on_ray(cfg, started, spec, chunking, extract)
         except Interrupted:
             if owns_ray:
                 ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
@@ -182,14 +181,20 @@ def run(cfg: JobConfig) -> RunReport | None:
             raise
 
 
+def _check_documents(locations: tuple[str, ...]) -> None:
+    """InputError unless the listing finds a document: before anything is written or started."""
+    skipped = 0
+    for page in list_pages(list(locations)):
+        if page.entries.num_rows:
+            return
+        skipped += page.skipped
+    raise InputError(
+        f"no documents ({kinds.described()}) under {redact(', '.join(locations))} ({skipped} other files skipped)"
+    )
+
+
 def _run_on_ray(
-    cfg: JobConfig,
-    started: float,
-    spec: model_dir.ModelSpec,
-    chunking: ChunkingConfig,
-    extract: ExtractConfig,
-    inputs: list[InputFile],
-    skipped: int,
+    cfg: JobConfig, started: float, spec: model_dir.ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig
 ) -> RunReport | None:
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
@@ -202,41 +207,50 @@ def _run_on_ray(
     manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
-    groups = form_groups(inputs, cfg.group_size, salt)
-    state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest, group_ids={g.id for g in groups})
+    state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
     if state is None:
         return None
+    record = state.record
     if state.done:
         log.info(
-            "docembed: resuming %s: %d of %d groups already done", redact(cfg.output), len(state.done), len(groups)
+            "docembed: resuming %s: %d of %d recorded groups already done%s",
+            redact(cfg.output),
+            len(state.done),
+            len(record.groups),
+            "" if record.complete else " (the listing goes on after the recorded part)",
         )
-    groups = _plan_big_shards(groups, set(state.done), fields, placement.stage_cpus)
-    ledger = Ledger(cfg.output, groups, state)
-    report = RunReport.start(cfg, spec, chunking, extract, inputs=len(inputs), skipped=skipped)
+    ledger = Ledger(cfg.output, state)
+    ledger.expect(record.groups)
+    pages = None if record.complete else list_pages(list(cfg.inputs), start_after=record.last_uri)
+    recorder = Recorder(
+        cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, _on_this_node(ListingFeed)
+    )
+    report = RunReport.start(cfg, spec, chunking, extract, inputs=record.inputs, skipped=record.skipped)
     report.add_summaries(
         [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()]
     )
-    todo = [g for g in groups if g.id not in state.done]
-    # On the driver's node: the job outlives any other node, and so must the counters.
     tally_name = f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}"
-    tally = RunTallyActor.options(
-        name=tally_name,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False),
-    ).remote()
+    tally = _on_this_node(RunTallyActor, name=tally_name)
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
+    source = RecordedInputs(cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES)
     try:
-        if todo:
+        if pages is not None or ledger.todo:
+            recorder.start()
 
             def update(line: ProgressLine, final: bool) -> None:
-                line.update(report, 1 - len(ledger.todo) / len(ledger.members), force=final)
+                line.update(report, ledger.done / max(1, ledger.done + ledger.todo), force=final)
 
             stages = lambda: ray.get(tally.stages.remote())  # noqa: E731
             with progress_shown(cfg.verbosity, update, started=started, stages=stages):
-                _run_groups(graph.dataset(todo), report, ledger)
+                _run_groups(graph.dataset(source), report, ledger, recorder)
         encoders, stages = ray.get([tally.encoders.remote(), tally.stages.remote()])
     finally:
+        recorder.stop()
         ray.kill(tally)
+        ray.kill(recorder.feed)
+    report.inputs, report.skipped = recorder.inputs, recorder.skipped
+    report.first_group_seconds = ledger.first_done_at and ledger.first_done_at - started
     report.finish(time.time() - started, encoders, stages)
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
@@ -248,39 +262,40 @@ def _run_on_ray(
     success["output"] = {
         "fingerprint": manifest["fingerprint"],
         "documents": ledger.documents,
-        "groups": len(groups),
+        "groups": ledger.done,
         "groups_resumed": len(state.done),
     }
     sink.write_success(cfg.output, success)
     return report
 
 
-def _plan_big_shards(groups: list[Group], done: set[str], fields: ShardFields, cpus: float) -> list[Group]:
-    """`groups` with the units of each big shard still to do (pipeline.io.shards.plan_units): one
-    task per shard, side by side on the CPU workers, each reading its shard's ids once."""
-    unit_bytes = shards.UNIT_BYTES  # read here, in the driver: tests and bench/shards.py set it
-    big = [g for g in groups if g.id not in done and g.members[0].is_shard]
-    big = [g for g in big if shards.may_split(g.members[0].uri, g.members[0].size, unit_bytes)]
-    plan = ray.remote(num_cpus=cpus)(shards.plan_units)
-    with _storage_failures_in_one_line():
-        plans = ray.get([plan.remote(f.uri, f.kind, f.size, fields, unit_bytes) for f in (g.members[0] for g in big)])
-    planned = {g.id: dataclasses.replace(g, plan=p) for g, p in zip(big, plans) if p is not None}
-    return [planned.get(g.id, g) for g in groups]
+def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:
+    """An actor on the driver's node: the job outlives any other node, and so must the counters and the feed."""
+    node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return actor_class.options(scheduling_strategy=node, **options).remote()
 
 
-def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger) -> None:
-    """Streams the groups through the stages; the ledger marks each group done as its last part lands."""
+def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorder: Recorder) -> None:
+    """Streams the groups through the stages as the listing is recorded; the ledger marks each group done as its
+    last part lands. A failed listing stops the stages (its read fails) and is raised as itself."""
     summaries = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
-    try:
-        with _storage_failures_in_one_line():
+    with _storage_failures_in_one_line():
+        try:
             for summary in summaries:
                 rows = summary.to_pylist()
                 report.add_summaries(rows)
                 for row in rows:
                     ledger.add(row)
-    except Interrupted:
-        summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
-        raise
+        except Interrupted:
+            summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
+            recorder.stop()
+            raise
+        except Exception:
+            recorder.stop()
+            if recorder.error is not None and not isinstance(recorder.error, ListingFailed):
+                raise recorder.error from None
+            raise
+        recorder.join()
 
 
 @contextlib.contextmanager

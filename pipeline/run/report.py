@@ -28,6 +28,7 @@ class RunReport:
     tokens: int = 0
     error_types: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     wall_seconds: float = 0.0
+    first_group_seconds: float | None = None  # from the start to this run's first committed group
     encode: EncodeStats = dataclasses.field(default_factory=EncodeStats)
     compiled_shapes: dict[str, list] = dataclasses.field(default_factory=dict)
     compile_cache: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: hits, misses
@@ -95,6 +96,7 @@ class RunReport:
             "model": {"id": self.model_id, "fingerprint": self.model_fingerprint},
             "config": self.config,
             "wall_seconds": round(self.wall_seconds, 3),
+            "first_group_seconds": None if self.first_group_seconds is None else round(self.first_group_seconds, 3),
             "throughput": {
                 "docs_per_s": round((self.docs_ok + self.docs_failed) / wall, 3),
                 "chunks_per_s": round(self.chunks / wall, 3),

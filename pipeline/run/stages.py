@@ -37,8 +37,6 @@ from pipeline.schemas import (
 from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
 
-# Rows per block handed to the extraction stage: small, so that one slow PDF delays few others.
-EXTRACT_BATCH = 4
 SHARD_BLOCK = 64  # documents per block handed on from a shard
 
 

@@ -22,6 +22,7 @@ import http.server
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -144,7 +145,8 @@ class FaultProxy:
     """A fault proxy in a process of its own, forwarding to `target`, and this test's handle on it.
 
     Set `fail_rate` (requests failed with 503), `slow_rate` (requests delayed by
-    `slow_seconds`) and `down` (every request fails) as attributes; `counts` says
+    `slow_seconds`), `down` (every request fails) and `list_limit` (listing requests
+    after this many fail) as attributes; `counts` says
     what it did; `reset()` ends the faults and restarts the seeded sequence, so a run is repeatable.
 
     Its own process, because pyarrow's GcsFileSystem keeps the GIL through some
@@ -152,7 +154,7 @@ class FaultProxy:
     a thread of the process making them could never answer.
     """
 
-    _SETTINGS = ("fail_rate", "slow_rate", "slow_seconds", "down")
+    _SETTINGS = ("fail_rate", "slow_rate", "slow_seconds", "down", "list_limit")
 
     def __init__(self, target: str, flavour: str, seed: int = 5):
         self._proc = subprocess.Popen(
@@ -186,6 +188,9 @@ class FaultProxy:
             return json.loads(response.read())
 
 
+# A listing request: S3's ListObjectsV2, GCS's objects.list.
+_LISTING = re.compile(r"[?&]list-type=2|^/storage/v1/b/[^/?]+/o(\?|$)")
+
 # No bucket name starts with "_": this path never reaches the server behind.
 _CONTROL_PATH = "/_fault-proxy"
 
@@ -196,7 +201,7 @@ class _ProxyServer:
     def __init__(self, target: str, flavour: str, seed: int):
         self.target = target.replace("http://", "")
         self.flavour = flavour  # "s3" or "gcs": the shape of the error body
-        self.settings = {"fail_rate": 0.0, "slow_rate": 0.0, "slow_seconds": 0.3, "down": False}
+        self.settings = {"fail_rate": 0.0, "slow_rate": 0.0, "slow_seconds": 0.3, "down": False, "list_limit": None}
         self.counts = collections.Counter()
         self._seed = seed
         self._rng = random.Random(seed)
@@ -230,7 +235,7 @@ class _ProxyServer:
         with self._lock:
             change = json.loads(body) if body else {}
             if change.pop("reset", False):
-                self.settings.update(fail_rate=0.0, slow_rate=0.0, down=False)
+                self.settings.update(fail_rate=0.0, slow_rate=0.0, down=False, list_limit=None)
                 self.counts.clear()
                 self._rng = random.Random(self._seed)
             self.settings.update(change)
@@ -241,11 +246,16 @@ class _ProxyServer:
         h.end_headers()
         h.wfile.write(payload)
 
-    def _decide(self) -> tuple[str, float]:
+    def _decide(self, h: http.server.BaseHTTPRequestHandler) -> tuple[str, float]:
         """What to do with a request ("fail", "slow" or "pass"), and how long a slow one waits."""
         with self._lock:
             self.counts["requests"] += 1
             settings = self.settings
+            if h.command == "GET" and _LISTING.search(h.path):
+                self.counts["listings"] += 1
+                if settings["list_limit"] is not None and self.counts["listings"] > settings["list_limit"]:
+                    self.counts["failed"] += 1
+                    return "fail", 0.0
             if settings["down"]:
                 self.counts["failed"] += 1
                 return "fail", 0.0
@@ -260,7 +270,7 @@ class _ProxyServer:
 
     def _handle(self, h: http.server.BaseHTTPRequestHandler) -> None:
         body = _read_body(h)
-        action, delay = self._decide()
+        action, delay = self._decide(h)
         if action == "fail":
             if self.flavour == "s3":
                 payload = (

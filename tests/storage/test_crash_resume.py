@@ -3,7 +3,7 @@
 Each driver is a real process (`jobs/embed.py`'s `main`) connected to this module's
 Ray, as a `ray job submit` driver is to its cluster; it is killed with SIGKILL
 when the output reaches a chosen state, or kills itself right after it marks a
-group done (`crash_driver.py`). After every kill the output must hold no
+group done or records a part of the listing (`crash_driver.py`). After every kill the output must hold no
 partial or unreadable Parquet file and no marker without its data; the next run
 resumes; the last one must match a clean run of the same corpus exactly.
 
@@ -31,7 +31,7 @@ from pipeline.io.filesystems import filesystem_for, list_files, read_file
 from pipeline.results import read_errors, read_report, read_table
 
 from stored_corpus import REPO, expected_docs, upload
-from support import wait_for_idle_cluster
+from support import recorded_members, wait_for_idle_cluster
 
 GROUP = 2
 ARGS = ["--overlap", "16", "--group-size", str(GROUP)]
@@ -67,6 +67,8 @@ def state(output: str) -> dict:
         "manifest": "_docembed.json" in names,
         "parts": sum(n.startswith("embeddings/") for n in names),
         "markers": sum(n.startswith("_groups/") for n in names),
+        "inputs_parts": sum(n.startswith("_inputs/part-") for n in names),
+        "listed": "_inputs/_LISTED.json" in names,
         "success": "_SUCCESS" in names,
     }
 
@@ -82,6 +84,7 @@ def check_crashed_output(output: str) -> int:
             pq.read_table(info.path, filesystem=fs)
     assert not any(i.path.endswith("/_SUCCESS") for i in list_files(fs, root))
     markers = list_files(fs, f"{root}/_groups")
+    recorded = recorded_members(fs, root) if markers else {}
     for info in markers:
         marker = json.loads(read_file(fs, info.path))
         docs = set()
@@ -89,7 +92,7 @@ def check_crashed_output(output: str) -> int:
             docs |= set(pq.read_table(f"{root}/{part}", filesystem=fs).column("doc_id").to_pylist())
         counts = marker["counts"]
         assert len(docs) == counts["docs_ok"] + counts["docs_failed"], marker
-        members = set(marker["members"])
+        members = recorded[marker["group"]]
         assert {d.split("#", 1)[0] for d in docs} <= members
         if not any(m.endswith((".jsonl", ".gz", ".parquet")) for m in members):
             assert docs == members  # a file group is done only with every member
@@ -100,10 +103,12 @@ def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, corpus
     source, outputs = place
     output = f"{outputs}/killed"
     groups = -(-23 // GROUP) + 3  # 23 single-document files in runs of GROUP, and 3 shards
+    # A point is reached when the output shows it (the test kills the driver), or the driver kills itself
+    # there (crash_driver.py).
     kill_points = [
-        ("the fingerprint is written", lambda s: s["manifest"]),
+        ("the listing is recorded in part", {"DOCEMBED_TEST_DIE_AFTER_PART": "1"}),  # the fingerprint is written
         ("the first part is committed", lambda s: s["parts"] >= 1),
-        ("a group is marked done", None),  # the driver kills itself (crash_driver.py)
+        ("a group is marked done", {"DOCEMBED_TEST_DIE_AFTER_MARKER": "1"}),
     ]
     env = {**os.environ, "RAY_ADDRESS": storage_ray}
     markers_seen = []
@@ -112,12 +117,12 @@ def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, corpus
         with open(log, "wb") as sink:
             driver = subprocess.Popen(
                 [sys.executable, str(DRIVER), "--input", source, "--output", output, *ARGS],
-                env={**env, "DOCEMBED_TEST_DIE_AFTER_MARKER": "1"} if reached is None else env,
+                env={**env, **reached} if isinstance(reached, dict) else env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 cwd=REPO,
             )
-            if reached is None:
+            if isinstance(reached, dict):
                 driver.wait(timeout=180)
             else:
                 deadline = time.time() + 180
@@ -128,6 +133,9 @@ def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, corpus
         assert driver.returncode == -signal.SIGKILL, f"the driver ended before {name}: {log.read_text()[-3000:]}"
         wait_for_idle_cluster()
         markers_seen.append(check_crashed_output(output))
+        if name == "the listing is recorded in part":
+            recorded = state(output)
+            assert recorded["manifest"] and recorded["inputs_parts"] == 2 and not recorded["listed"], recorded
         if i:
             assert "resuming" in log.read_text() or markers_seen[i - 1] == 0
     assert markers_seen[-1] > markers_seen[-2]

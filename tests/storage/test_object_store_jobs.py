@@ -19,7 +19,7 @@ from pipeline.io.filesystems import filesystem_for, list_files
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 
 from stored_corpus import expected_docs, upload
-from support import assert_no_secrets, ray_log_files
+from support import assert_no_secrets, ray_log_files, recorded_members
 
 GROUP = 4  # files per commit group: the corpus makes several
 
@@ -162,6 +162,42 @@ def test_storage_down_fails_loudly_then_resume_completes(stores, servers):
     check_output(output, base, stores["reference"], stores["corpus"])
 
 
+def test_a_listing_failing_midway_fails_in_one_line_then_the_rerun_completes(stores, servers, monkeypatch):
+    """S3 stops answering listings after the job's first two pages: one line, nothing marked done; a rerun
+    continues the recorded part of the listing and finishes with every document once."""
+    import functools
+
+    import pipeline.run.job as job
+    from pipeline.io import listing, retries
+
+    base, output = "s3://jobs-in/corpus", "s3://jobs-out/listing-down"
+    proxy = servers.proxies["s3"]
+    proxy.reset()
+    monkeypatch.setattr(job, "list_pages", functools.partial(listing.list_pages, page_size=3))
+    monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.01)
+    check = job._check_documents
+
+    def check_then_fail_listings_after_two_more(locations):
+        check(locations)  # the job's look for a first document, before Ray starts
+        proxy.list_limit = proxy.counts["listings"] + 2
+
+    monkeypatch.setattr(job, "_check_documents", check_then_fail_listings_after_two_more)
+    try:
+        with pytest.raises(StorageError) as failure:
+            run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
+    finally:
+        proxy.reset()
+    message = str(failure.value)
+    assert "\n" not in message and "cannot list" in message and "rerun" in message, message
+    fs, root = filesystem_for(output)
+    names = {i.path[len(root) + 1 :] for i in list_files(fs, root)}
+    assert "_SUCCESS" not in names and "_inputs/_LISTED.json" not in names
+    assert_markers_hold_their_data(output)
+
+    run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
+    check_output(output, base, stores["reference"], stores["corpus"])
+
+
 def assert_markers_hold_their_data(output: str) -> None:
     """Every done-marker's parts exist, are readable, and hold whole documents of its members only."""
     import json
@@ -169,7 +205,9 @@ def assert_markers_hold_their_data(output: str) -> None:
     from pipeline.io.filesystems import read_file
 
     fs, root = filesystem_for(output)
-    for info in list_files(fs, f"{root}/_groups"):
+    markers = list_files(fs, f"{root}/_groups")
+    recorded = recorded_members(fs, root) if markers else {}
+    for info in markers:
         marker = json.loads(read_file(fs, info.path))
         docs = set()
         for part in marker["parts"]:
@@ -177,7 +215,7 @@ def assert_markers_hold_their_data(output: str) -> None:
             docs |= set(table.column("doc_id").to_pylist())
         counts = marker["counts"]
         assert len(docs) == counts["docs_ok"] + counts["docs_failed"]
-        members = set(marker["members"])
+        members = recorded[marker["group"]]
         assert all(d in members or d.split("#", 1)[0] in members for d in docs)
 
 

@@ -1,20 +1,60 @@
-"""Commit groups: deterministic ids, and work blocks that never mix groups."""
+"""Commit groups: deterministic ids, cut as the listing streams so that a stopped listing can go on, and work
+blocks that never mix groups."""
 
 from __future__ import annotations
 
-from pipeline.io.listing import InputFile
-from pipeline.output.groups import form_groups, work_blocks
+import pyarrow as pa
 
-from support import text_files as files
+from pipeline.output.groups import BLOCK_BYTES, GroupCutter, record_groups, work_blocks
+
+from support import listing, text_files
 
 
 def test_groups_are_deterministic_and_depend_on_members_and_settings():
-    inputs = files(10) + [InputFile("/d/s.jsonl", "jsonl", 1)]
-    groups = form_groups(inputs, 4, "fp1")
-    assert [len(g.members) for g in groups] == [4, 4, 2, 1]
-    assert [g.docs for g in groups] == [4, 4, 2, None]
-    assert [g.id for g in form_groups(inputs, 4, "fp1")] == [g.id for g in groups]
-    assert not {g.id for g in form_groups(inputs, 4, "fp2")} & {g.id for g in groups}
-    blocks = work_blocks(groups, 3)
-    assert [b.num_rows for b in blocks] == [3, 1, 3, 1, 2, 1]
+    entries = listing(sorted(text_files(10) + ["/d/s.jsonl"]))
+    recorded = record_groups(entries, 4, "fp1")
+    assert recorded.column("uri").to_pylist() == entries.column("uri").to_pylist()
+    groups = recorded.column("group").to_pylist()
+    files = [g for g, kind in zip(groups, recorded.column("kind").to_pylist()) if kind == "text"]
+    assert [files.count(g) for g in dict.fromkeys(files)] == [4, 4, 2]
+    assert recorded.column("group_docs").to_pylist() == [4] * 8 + [2] * 2 + [None]
+    assert record_groups(entries, 4, "fp1").equals(recorded)
+    assert not set(record_groups(entries, 4, "fp2").column("group").to_pylist()) & set(groups)
+
+
+def test_the_cutter_returns_whole_groups_in_order_and_any_page_split_gives_the_same_groups():
+    uris = sorted(text_files(9) + ["/d/a.jsonl", "/d/f004.parquet", "/d/z.jsonl"])
+    whole = record_groups(listing(uris), 3, "s")
+    for page in (1, 2, 5, 12):
+        cutter = GroupCutter(3, "s")
+        out = []
+        for i in range(0, len(uris), page):
+            ready = cutter.add(listing(uris[i : i + page]))
+            if ready is not None:
+                # What is returned ends on a group boundary: no file before its end still waits for a group.
+                done = [g for t in out + [ready] for g in t.column("group").to_pylist()]
+                assert None not in done
+                out.append(ready)
+        out.append(cutter.finish())
+        assert pa.concat_tables([t for t in out if t is not None]).equals(whole)
+
+
+def test_a_listing_resumed_after_a_recorded_prefix_makes_the_groups_of_a_whole_listing():
+    uris = sorted(text_files(10) + ["/d/f003.jsonl", "/d/f007.parquet"])
+    whole = record_groups(listing(uris), 4, "s")
+    cutter = GroupCutter(4, "s")
+    prefix = cutter.add(listing(uris[:9]))  # the driver killed after recording this
+    last = prefix.column("uri")[-1].as_py()
+    rest = record_groups(listing([u for u in uris if u > last]), 4, "s")
+    assert pa.concat_tables([prefix, rest]).equals(whole)
+
+
+def test_work_blocks_never_mix_groups_and_close_at_their_byte_budget():
+    small = record_groups(listing(text_files(10), size=10), 4, "s")
+    blocks = list(work_blocks(small))
+    assert [b.num_rows for b in blocks] == [4, 4, 2]  # tiny files: a block per group
     assert all(len(set(b.column("group").to_pylist())) == 1 for b in blocks)
+    big = record_groups(listing(text_files(6), size=BLOCK_BYTES // 2), 6, "s")
+    assert [b.num_rows for b in work_blocks(big)] == [2, 2, 2]
+    pdfs = record_groups(listing([f"/d/p{i}.pdf" for i in range(9)], size=1000), 64, "s")
+    assert [b.num_rows for b in work_blocks(pdfs)] == [4, 4, 1]  # a slow PDF holds up at most three others

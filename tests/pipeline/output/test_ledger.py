@@ -12,12 +12,12 @@ import pytest
 
 from pipeline.errors import OutputError, StorageError
 from pipeline.io import retries
-from pipeline.io.listing import InputFile
-from pipeline.output import resume, sink
-from pipeline.output.groups import form_groups
+from pipeline.io.filesystems import filesystem_for
+from pipeline.output import inputs, resume, sink
+from pipeline.output.groups import record_groups
 from pipeline.output.ledger import Ledger
 
-from support import text_files as files
+from support import listing, text_files
 
 
 def chunk_rows(group: str, doc: str, n: int, group_docs=None, start: int = 0, stop: int | None = None) -> list[dict]:
@@ -98,14 +98,31 @@ def write(rows: list[dict], output: str) -> list[dict]:
     ).to_pylist()
 
 
+def record(output: str, uris: list[str], group_size: int) -> dict[str, list[str]]:
+    """Records `uris` as the output's whole listing; returns each group's members."""
+    recorded = record_groups(listing(uris), group_size, "s")
+    fs, root = filesystem_for(output)
+    inputs.write_part(fs, root, 0, recorded, skipped=0)
+    inputs.write_listed(fs, root, parts=1, inputs=recorded.num_rows, skipped=0)
+    groups: dict[str, list[str]] = {}
+    for uri, group in zip(recorded.column("uri").to_pylist(), recorded.column("group").to_pylist()):
+        groups.setdefault(group, []).append(uri)
+    return groups
+
+
+def opened(output: str) -> tuple[resume.Resume, Ledger]:
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    ledger = Ledger(output, state)
+    ledger.expect(state.record.groups)
+    return state, ledger
+
+
 def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_path):
     output = str(tmp_path / "out")
-    file_group = form_groups(files(2), 2, "s")[0]
-    shard_group = form_groups([InputFile("/d/s.jsonl", "jsonl", 1)], 2, "s")[0]
-    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids={file_group.id, shard_group.id})
-    ledger = Ledger(output, [file_group, shard_group], state)
-    g, s = file_group.id, shard_group.id
-    a, b = (m.uri for m in file_group.members)
+    resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    groups = record(output, ["/d/f000.txt", "/d/f001.txt", "/d/s.jsonl"], 2)
+    _, ledger = opened(output)
+    (g, (a, b)), (s, _) = groups.items()
 
     # Rows arrive split across writer calls, a later chunk before the first one, groups mixed.
     first = write(chunk_rows(g, a, 3, 2, start=1) + chunk_rows(s, "/d/s.jsonl#1", 1), output)
@@ -134,40 +151,37 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
 
 def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     output = str(tmp_path / "out")
-    groups = form_groups(files(4), 2, "s")
-    ids = {g.id for g in groups}
-    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids)
-    ledger = Ledger(output, groups, state)
-    done, unfinished = groups
-    for doc in done.members:
-        for row in write(chunk_rows(done.id, doc.uri, 1, 2), output):
+    resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    (done, members), (unfinished, others) = record(output, text_files(4), 2).items()
+    _, ledger = opened(output)
+    for doc in members:
+        for row in write(chunk_rows(done, doc, 1, 2), output):
             ledger.add(row)
-    write(chunk_rows(unfinished.id, unfinished.members[0].uri, 1, 2), output)  # its group never completes
+    write(chunk_rows(unfinished, others[0], 1, 2), output)  # its group never completes
     (tmp_path / "out" / "_staging" / "leftover.parquet").write_bytes(b"partial")
     stale = tmp_path / "out" / "_groups" / "0123456789abcdef0123.json"
     stale.write_text(json.dumps({"parts": [], "counts": {}}))
 
-    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids)
-    assert set(state.done) == {done.id} and state.dropped_parts == 1 and state.dropped_groups == 1
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    assert set(state.done) == {done} and state.dropped_parts == 1 and state.dropped_groups == 1
+    assert state.record.complete and state.record.inputs == 4 and set(state.record.groups) == {done, unfinished}
     parts = sorted(p.name for p in (tmp_path / "out" / "embeddings").iterdir())
-    assert all(p.startswith(f"part-{done.id}-") for p in parts) and len(parts) == 2
+    assert all(p.startswith(f"part-{done}-") for p in parts) and len(parts) == 2
     assert not stale.exists() and not list((tmp_path / "out" / "_staging").iterdir())
 
     # A marker whose part vanished is not trusted: the group is redone.
     (tmp_path / "out" / "embeddings" / parts[0]).unlink()
-    state = resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids)
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST)
     assert state.done == {} and not list((tmp_path / "out" / "embeddings").iterdir())
 
     with pytest.raises(OutputError, match="overlap 2 there, 4 now.*--overwrite"):
-        resume.open_output(
-            output, overwrite=False, manifest={**MANIFEST, "fingerprint": "g" * 16, "overlap": 4}, group_ids=ids
-        )
-    state = resume.open_output(output, overwrite=True, manifest={**MANIFEST, "fingerprint": "g" * 16}, group_ids=ids)
-    assert state.done == {}
+        resume.open_output(output, overwrite=False, manifest={**MANIFEST, "fingerprint": "g" * 16, "overlap": 4})
+    state = resume.open_output(output, overwrite=True, manifest={**MANIFEST, "fingerprint": "g" * 16})
+    assert state.done == {} and state.record.parts == 0 and not state.record.groups  # the listing is redone too
     assert json.loads((tmp_path / "out" / "_docembed.json").read_text())["fingerprint"] == "g" * 16
 
     sink.write_success(output, {"counts": {}})
-    assert resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=ids) is None
+    assert resume.open_output(output, overwrite=False, manifest=MANIFEST) is None
 
 
 class _BrokenUploads(pafs.FileSystemHandler):
@@ -242,7 +256,7 @@ class _BrokenUploads(pafs.FileSystemHandler):
 
 def test_a_failed_commit_leaves_no_file_in_place(tmp_path, monkeypatch):
     output = str(tmp_path / "out")
-    resume.open_output(output, overwrite=False, manifest=MANIFEST, group_ids=set())
+    resume.open_output(output, overwrite=False, manifest=MANIFEST)
     monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.001)
     broken = pafs.PyFileSystem(_BrokenUploads())
     monkeypatch.setattr(sink, "filesystem_for", lambda location: (broken, str(tmp_path / "out")))

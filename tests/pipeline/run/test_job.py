@@ -1,5 +1,6 @@
 """The whole job on a real local Ray: samples, broken documents, the output contract."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -201,6 +202,33 @@ def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
         str(p) for p in (corpus_dir / "samples" / "text").iterdir()
     }
     assert not list((out / "errors").iterdir())
+
+
+def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_local, tmp_path):
+    """The listing is recorded under the output (`_inputs/`) as its groups are formed; an unfinished run resumes
+    from that record, so a file added meanwhile does not change its groups; `--overwrite` lists again."""
+    corpus, out = tmp_path / "corpus", tmp_path / "out"
+    shutil.copytree(SAMPLES / "text", corpus)
+    cfg = JobConfig(inputs=(str(corpus),), output=str(out), group_size=2)
+    run_job(cfg)
+    recorded = pq.read_table(out / "_inputs")
+    assert recorded.column("uri").to_pylist() == sorted(str(p) for p in corpus.iterdir())
+    assert recorded.column("group_docs").to_pylist() == [2, 2, 2, 2, 1]
+    assert json.loads((out / "_inputs" / "_LISTED.json").read_text())["inputs"] == 5
+    before = read_table(str(out))
+
+    # What a driver killed after its listing leaves: no _SUCCESS, groups not done.
+    (out / "_SUCCESS").unlink()
+    for marker in sorted((out / "_groups").iterdir())[1:]:
+        marker.unlink()
+    (corpus / "added.txt").write_text("A note added while the run was stopped.")
+    report = run_job(cfg)
+    success = read_report(str(out))
+    assert success["output"]["groups_resumed"] == 1 and success["output"]["groups"] == 3
+    assert report.inputs == success["counts"]["inputs"] == 5
+    assert read_table(str(out)).equals(before)
+
+    assert run_job(dataclasses.replace(cfg, overwrite=True)).inputs == 6
 
 
 def test_real_pdf_corpus_and_short_texts_pack_into_three_programs(ray_local, corpus, tmp_path):

@@ -8,9 +8,10 @@ import sys
 
 import pyarrow as pa
 
-from pipeline.io.listing import InputFile
-from pipeline.output.groups import form_groups, work_blocks
+from pipeline.output.groups import record_groups, work_blocks
 from pipeline.run.stages import extract_block
+
+from support import listing
 
 
 def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_path, monkeypatch):
@@ -18,8 +19,7 @@ def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_pa
 
     monkeypatch.setattr(stages, "SHARD_BLOCK", 4)
     (tmp_path / "s.jsonl").write_text("\n".join(json.dumps({"id": i, "text": f"t{i}"}) for i in range(10)))
-    shard = InputFile(str(tmp_path / "s.jsonl"), "jsonl", 1)
-    (block,) = work_blocks(form_groups([shard], 64), 4)
+    (block,) = work_blocks(record_groups(listing([str(tmp_path / "s.jsonl")]), 64))
     out = list(extract_block(block))
     assert [b.num_rows for b in out] == [4, 4, 2]
     table = pa.concat_tables(out)

@@ -1,0 +1,201 @@
+"""Scale: the driver's and Ray head's memory, wall, docs/s and time to the first committed group, against corpus size.
+
+    .venv/bin/python bench/scale.py [--files 1000,4000,16000] [--pdf-files 0] [--plan-entries 10000000]
+
+Real runs: `docembed embed --quiet` in a process of its own (with its private
+local Ray) on N tiny `.txt` files (~100 bytes, 1,000 per directory), and on
+the 31 real PDFs of ../shared/corpus copied to `--pdf-files` files. Every 0.2 s
+the driver's RSS and that of Ray's head processes (gcs_server, raylet,
+dashboard and its agents, log monitor: what a head node holds for the job) are
+sampled from /proc; workers are not the head's. Time to the first group and
+docs/s come from `_SUCCESS`. The per-file slopes are least-squares fits of peak
+RSS against files, extrapolated to 10M.
+
+The planning-only run drives the job's own listing path (GroupCutter, the
+recorded parts under `_inputs/`, the ledger's per-group account and the feed
+actor) with a generator of `--plan-entries` synthetic entries standing in for
+the store, in this process, and reports its peak RSS and time. Never run as a
+test; results go in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from machine import cpu_description  # noqa: E402
+
+PER_DIR = 1000
+CORPUS = REPO.parent / "shared" / "corpus"
+HEAD = ("gcs_server", "raylet", "dashboard", "log_monitor", "monitor", "runtime_env_agent", "dashboard_agent")
+
+
+def tiny_corpus(root: Path, files: int) -> Path:
+    for i in range(files):
+        d = root / f"d{i // PER_DIR:05d}"
+        if i % PER_DIR == 0:
+            d.mkdir(parents=True)
+        (d / f"n{i:08d}.txt").write_text(f"Note {i}: a short document about item {i * 7 % 1013} in the archive.\n")
+    return root
+
+
+def pdf_corpus(root: Path, files: int) -> Path:
+    pdfs = sorted(CORPUS.glob("*.pdf"))
+    for i in range(files):
+        d = root / f"d{i // PER_DIR:05d}"
+        d.mkdir(parents=True, exist_ok=True)
+        os.link(pdfs[i % len(pdfs)], d / f"p{i:08d}.pdf")  # hard links: the same bytes, no disk
+    return root
+
+
+def _is_head(proc: psutil.Process) -> bool:
+    try:
+        cmd = " ".join(proc.cmdline())
+    except psutil.Error:
+        return False
+    return any(name in cmd for name in HEAD) and "ray::" not in cmd and "default_worker" not in cmd
+
+
+def real_run(corpus: Path, out: Path) -> dict:
+    """One job, sampled: peak RSS of the driver and of Ray's head processes, wall, and _SUCCESS's figures."""
+    cmd = [str(REPO / ".venv" / "bin" / "docembed"), "embed", "--input", str(corpus), "--output", str(out), "--quiet"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = psutil.Process(proc.pid)
+    peak_driver = peak_head = 0
+    while proc.poll() is None:
+        try:
+            peak_driver = max(peak_driver, driver.memory_info().rss)
+            head = [p for p in driver.children(recursive=True) if _is_head(p)]
+            peak_head = max(peak_head, sum(_rss(p) for p in head))
+        except psutil.Error:
+            pass
+        time.sleep(0.2)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed: {proc.stderr.read()[-2000:]}")
+    success = json.loads((out / "_SUCCESS").read_text())
+    return {
+        "driver_mb": peak_driver / 2**20,
+        "head_mb": peak_head / 2**20,
+        "wall_s": wall,
+        "docs_per_s": success["throughput"]["docs_per_s"],
+        "first_group_s": success["first_group_seconds"],
+        "inputs": success["counts"]["inputs"],
+    }
+
+
+def _rss(proc: psutil.Process) -> int:
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def plan_only(entries: int, out: Path) -> dict:
+    """The driver's listing path over `entries` synthetic entries: peak RSS (ru_maxrss) and time."""
+    import pyarrow as pa
+    import ray
+
+    from pipeline.io.listing import Page
+    from pipeline.output.groups import GroupCutter
+    from pipeline.output.ledger import Ledger
+    from pipeline.output.resume import open_output
+    from pipeline.run.feed import ListingFeed, Recorder
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def pages():
+        page = 1000
+        for start in range(0, entries, page):
+            n = min(page, entries - start)
+            uris = [f"s3://crawl/shard{(start + i) // 100_000:04d}/doc{start + i:010d}.txt" for i in range(n)]
+            yield Page(pa.record_batch({"uri": uris, "kind": ["text"] * n, "size": [100] * n}), 0)
+
+    state = open_output(str(out), overwrite=False, manifest={"fingerprint": "bench"})
+    ledger = Ledger(str(out), state)
+    started = time.perf_counter()
+    recorder = Recorder(str(out), state.record, pages(), GroupCutter(64, "bench"), ledger, ListingFeed.remote())
+    recorder.start()
+    recorder.join()
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    ray.shutdown()
+    return {
+        "entries": entries,
+        "groups": ledger.todo,
+        "seconds": seconds,
+        "peak_mb": peak / 2**20,
+        "baseline_mb": baseline / 2**20,
+        "parts": len(list((out / "_inputs").glob("part-*"))),
+    }
+
+
+def slope_kib(xs: list[int], ys: list[float]) -> tuple[float, float]:
+    """(KiB per file, MB at 0 files) of a least-squares line through (files, MB)."""
+    slope, intercept = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+    return slope * 1024, intercept
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", default="1000,4000,16000")
+    ap.add_argument("--pdf-files", type=int, default=0, help="the 31 real PDFs hard-linked to this many files")
+    ap.add_argument("--plan-entries", type=int, default=10_000_000)
+    args = ap.parse_args()
+    print(f"# bench/scale.py on {cpu_description()}, {time.strftime('%Y-%m-%d')}")
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        sizes = [int(n) for n in args.files.split(",") if n]
+        for n in sizes:
+            corpus = tiny_corpus(tmp / f"tiny{n}", n)
+            rows.append(("tiny .txt", n, real_run(corpus, tmp / f"out{n}")))
+            shutil.rmtree(corpus)
+        if args.pdf_files:
+            corpus = pdf_corpus(tmp / "pdfs", args.pdf_files)
+            rows.append(("real PDFs (31, linked)", args.pdf_files, real_run(corpus, tmp / "outpdf")))
+        print("\n| corpus | files | driver peak RSS | head peak RSS | wall | docs/s | first group |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for kind, n, r in rows:
+            print(
+                f"| {kind} | {n:,} | {r['driver_mb']:.0f} MB | {r['head_mb']:.0f} MB | {r['wall_s']:.0f} s | "
+                f"{r['docs_per_s']:.0f} | {r['first_group_s']:.1f} s |"
+            )
+        tiny = [(n, r) for kind, n, r in rows if kind == "tiny .txt"]
+        if len(tiny) >= 2:
+            xs = [n for n, _ in tiny]
+            for name in ("driver_mb", "head_mb"):
+                kib, at0 = slope_kib(xs, [r[name] for _, r in tiny])
+                print(
+                    f"\n{name}: {kib:.3f} KiB per file (fit), {at0:.0f} MB at 0 files; at 10M files: "
+                    f"{at0 + kib * 10_000_000 / 1024:.0f} MB"
+                )
+        if args.plan_entries:
+            plan = plan_only(args.plan_entries, tmp / "plan")
+            print(
+                f"\nplanning only, {plan['entries']:,} synthetic entries: {plan['seconds']:.0f} s "
+                f"({plan['entries'] / plan['seconds']:,.0f} entries/s), {plan['groups']:,} groups, "
+                f"{plan['parts']} parts; driver peak RSS {plan['peak_mb']:.0f} MB "
+                f"({plan['baseline_mb']:.0f} MB after Ray started)"
+            )
+
+
+if __name__ == "__main__":
+    main()

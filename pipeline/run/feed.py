@@ -1,0 +1,211 @@
+"""The work's source: the listing, recorded part by part by the driver, read back by the stages as it grows.
+
+    driver thread   Recorder        list_pages -> GroupCutter -> _inputs/part-<k> -> ledger.expect -> feed
+    driver's node   ListingFeed     an actor: how many parts are recorded, and whether the listing ended or failed
+    a worker        RecordedInputs  a Ray Data read that waits for each part, reads it, yields its work blocks
+
+Why a read that follows the record rather than `ray.data.from_arrow` over
+tables built on the driver: the driver then holds no table, no block and no
+Ray object per file (only a tally per group, in the ledger), and encoding
+starts as soon as the first part is recorded, while the listing goes on. The
+read is one task that mostly waits; it asks for no CPU, which also keeps Ray
+Data from fusing it with the extraction tasks (it fuses only operators whose
+resource requests match), so extraction still spreads over the CPU stages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+from ray.data import Datasource, ReadTask
+from ray.data.block import BlockMetadata
+
+from pipeline.io import shards
+from pipeline.io.filesystems import filesystem_for
+from pipeline.io.listing import Page
+from pipeline.io.retries import failing_at
+from pipeline.io.shards import ShardFields, ShardPlan
+from pipeline.output import inputs
+from pipeline.output.groups import GroupCutter, work_blocks
+from pipeline.output.ledger import Ledger
+from pipeline.schemas import WORK_SCHEMA
+
+# Rows of the first recorded part, doubling per part up to PART_ROWS: the first groups start at once, and a
+# 10M-file listing is a few hundred parts.
+FIRST_PART_ROWS = 64
+PART_ROWS = 1 << 16
+# A part is recorded at least this often while the listing has ready entries: a slow store's first groups
+# never wait for a full part.
+FLUSH_SECONDS = 1.0
+STOP_SECONDS = 5.0
+
+
+def part_rows(k: int) -> int:
+    return min(FIRST_PART_ROWS << min(k, 20), PART_ROWS)
+
+
+class ListingFailed(RuntimeError):
+    """The driver's listing stopped with an error; the driver reports the error itself."""
+
+
+@ray.remote(num_cpus=0)
+class ListingFeed:
+    """How far the record has grown: the read waits here instead of polling storage."""
+
+    def __init__(self):
+        self.parts = 0
+        self.ended = False
+        self.failure: str | None = None
+        self.changed = asyncio.Condition()
+
+    async def recorded(self, parts: int) -> None:
+        async with self.changed:
+            self.parts = parts
+            self.changed.notify_all()
+
+    async def end(self, failure: str | None = None) -> None:
+        async with self.changed:
+            self.ended, self.failure = True, failure
+            self.changed.notify_all()
+
+    async def wait_for(self, k: int) -> bool:
+        """True once part `k` is recorded; False when the listing ended before it; ListingFailed if it failed."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.parts > k or self.ended)
+        if self.parts > k:
+            return True
+        if self.failure is not None:
+            raise ListingFailed(self.failure)
+        return False
+
+
+class Recorder:
+    """The driver's side, in a thread: lists, cuts groups, records each part, then tells the ledger and the feed.
+
+    `record` is what the output holds already (the ledger knows its groups);
+    `pages` is None when it is whole (a rerun), otherwise the listing after its
+    last URI. `error` holds what stopped the listing, for the driver to raise.
+    """
+
+    def __init__(
+        self,
+        output: str,
+        record: inputs.Record,
+        pages: Iterator[Page] | None,
+        cutter: GroupCutter,
+        ledger: Ledger,
+        feed: ray.actor.ActorHandle,
+    ):
+        self.output, self.record, self.pages, self.cutter = output, record, pages, cutter
+        self.ledger, self.feed = ledger, feed
+        self.error: BaseException | None = None
+        self.inputs, self.skipped = record.inputs, record.skipped
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="docembed-listing", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        """Waits for the whole listing to be recorded; raises what stopped it."""
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+    def stop(self) -> None:
+        """Stops the listing at its next page (the driver is stopping). Waits a little for it: a page request
+        that storage keeps failing retries for longer, and the thread dies with the process anyway."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=STOP_SECONDS)
+
+    def _run(self) -> None:
+        failure = None
+        try:
+            ray.get(self.feed.recorded.remote(self.record.parts))
+            if self.pages is not None:
+                self._list()
+        except BaseException as e:  # the driver raises it; the read must stop waiting
+            self.error, failure = e, f"{type(e).__name__}: {e}"
+        if not self._stop.is_set():  # a stopping driver kills the feed itself
+            ray.get(self.feed.end.remote(failure=failure))
+
+    def _list(self) -> None:
+        fs, root = filesystem_for(self.output)
+        k, ready, flushed = self.record.parts, [], time.monotonic()
+        for page in self.pages:
+            if self._stop.is_set():
+                raise ListingFailed("the driver is stopping")
+            self.skipped += page.skipped
+            entries = self.cutter.add(page.entries)
+            if entries is not None:
+                ready.append(entries)
+            rows = sum(t.num_rows for t in ready)
+            if rows and (rows >= part_rows(k) or time.monotonic() - flushed >= FLUSH_SECONDS):
+                self._record(fs, root, k, ready)
+                k, ready, flushed = k + 1, [], time.monotonic()
+        rest = self.cutter.finish()
+        if rest is not None:
+            ready.append(rest)
+        if ready:
+            self._record(fs, root, k, ready)
+            k += 1
+        with failing_at(f"output {self.output}"):
+            inputs.write_listed(fs, root, k, self.inputs, self.skipped)
+
+    def _record(self, fs, root: str, k: int, tables: list[pa.Table]) -> None:
+        part = pa.concat_tables(tables)
+        with failing_at(f"output {self.output}"):
+            inputs.write_part(fs, root, k, part, self.skipped)
+        self.inputs += part.num_rows
+        # The ledger knows a group before any of its rows can reach the driver.
+        self.ledger.expect(inputs.groups_of(part))
+        ray.get(self.feed.recorded.remote(k + 1))
+
+
+class RecordedInputs(Datasource):
+    """The record's parts as work blocks (WORK_SCHEMA), in order, as the driver records them.
+
+    `done`: groups a rerun keeps (their rows are skipped); `unit_bytes`: the
+    driver's `shards.UNIT_BYTES` (tests lower it).
+    """
+
+    def __init__(
+        self,
+        output: str,
+        feed: ray.actor.ActorHandle,
+        done: frozenset[str],
+        fields: ShardFields,
+        unit_bytes: int,
+    ):
+        self.output, self.feed, self.done = output, feed, done
+        self.fields, self.unit_bytes = fields, unit_bytes
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit=None, data_context=None) -> list[ReadTask]:
+        unknown = BlockMetadata(num_rows=None, size_bytes=None, input_files=None, exec_stats=None)
+        return [ReadTask(self._blocks, unknown, schema=WORK_SCHEMA)]
+
+    def _blocks(self) -> Iterator[pa.Table]:
+        done = pa.array(sorted(self.done), pa.string())
+        k = 0
+        while ray.get(self.feed.wait_for.remote(k)):
+            part = inputs.read_part(self.output, k)
+            todo = part.filter(pc.invert(pc.is_in(part.column("group"), value_set=done)))
+            yield from work_blocks(todo, self._plan)
+            k += 1
+
+    def _plan(self, shard: dict) -> ShardPlan | None:
+        """A big shard's units (`shards.plan_units`), planned here, in the read: a task of its own would wait for
+        a CPU that the running stages hold. The blocks before it are already on their way."""
+        if not shards.may_split(shard["uri"], shard["size"], self.unit_bytes):
+            return None
+        return shards.plan_units(shard["uri"], shard["kind"], shard["size"], self.fields, self.unit_bytes)
