@@ -40,14 +40,14 @@ PREFIXES_AHEAD = 6  # sub-prefixes listed at once
 QUEUED_PAGES = 4  # pages a sub-prefix's thread lists before the consumer reaches it
 MAX_PAGE = 1000  # the most keys S3 and GCS return in one page
 
-Page = tuple[list[tuple[str, int]], list[str], "str | None"]  # (key, size) pairs, sub-prefixes, next page's token
+Answer = tuple[list[tuple[str, int]], list[str], "str | None"]  # (key, size) pairs, sub-prefixes, next page's token
 
 
 class _S3:
     def __init__(self):
         self.client = _s3_client(filesystems.env_key("s3"))
 
-    def page(self, bucket: str, prefix: str, delimited: bool, start_after: str | None, token, size: int) -> Page:
+    def page(self, bucket: str, prefix: str, delimited: bool, start_after: str | None, token, size: int) -> Answer:
         args = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": size}
         args.update({"Delimiter": "/"} if delimited else {})
         args.update({"ContinuationToken": token} if token else {"StartAfter": start_after} if start_after else {})
@@ -94,7 +94,7 @@ class _GCS:
         else:
             self.client = _sdk_call(storage.Client)
 
-    def page(self, bucket: str, prefix: str, delimited: bool, start_after: str | None, token, size: int) -> Page:
+    def page(self, bucket: str, prefix: str, delimited: bool, start_after: str | None, token, size: int) -> Answer:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
         def call():
@@ -150,7 +150,7 @@ def list_objects(
     to `start_after` may come (GCS's start offset is inclusive): the caller drops them.
     """
     store = _store(scheme, bucket)
-    size = max(1, min(page_size, MAX_PAGE))
+    request_size = max(1, min(page_size, MAX_PAGE))
     rel = start_after[len(prefix) :] if start_after else ""
     # Delimited, the level starts before the sub-prefix that holds start_after, so that prefix is listed too.
     level_start = prefix + rel.split("/", 1)[0] if "/" in rel else start_after
@@ -158,14 +158,14 @@ def list_objects(
 
     def subtree(sub: str) -> Iterator[list[tuple[str, int]]]:
         sub_start = start_after if start_after and start_after > sub else None
-        for keys, _, _ in _pages(_store(scheme, bucket), scheme, bucket, sub, False, sub_start, size):
+        for keys, _, _ in _pages(_store(scheme, bucket), scheme, bucket, sub, False, sub_start, request_size):
             yield keys
 
-    level = _level(store, scheme, bucket, prefix, level_start, size)
+    level = _level(store, scheme, bucket, prefix, level_start, request_size)
     try:
-        for key, size_ in _in_order(level, subtree, start_after, stop, size + PREFIXES_AHEAD):
+        for key, size in _in_order(level, subtree, start_after, stop, request_size + PREFIXES_AHEAD):
             if not key.endswith("/"):
-                yield key, size_
+                yield key, size
     finally:
         stop.set()
 
