@@ -43,16 +43,20 @@ from storage_servers import REGION, free_port, s3_client  # noqa: E402
 
 PER_DIR = 1000
 
-# The streamed listing, measured in a process of its own.
-STREAM = """
+# Each measurement is one of these scripts after HEADER, in a process of its own.
+HEADER = """
 import json, sys, time
 sys.path.insert(0, {repo!r})
-from pipeline.io.listing import list_pages
-import boto3, google.cloud.storage  # loaded by the first listing of a store: not the listing's memory
 
 def rss_mib(field="VmRSS"):
     status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
     return int(status[field].split()[0]) / 1024
+"""
+
+# The streamed listing.
+STREAM = """
+from pipeline.io.listing import list_pages
+import boto3, google.cloud.storage  # loaded by the first listing of a store: not the listing's memory
 
 baseline = rss_mib()
 t0 = time.perf_counter()
@@ -70,18 +74,12 @@ print("BENCH", json.dumps({{
 }}), flush=True)
 """
 
-# The driver's planning before issue 20, measured in a process of its own.
+# The driver's planning before issue 20.
 PLAN = """
-import json, sys, time
-sys.path.insert(0, {repo!r})
 from pipeline.config import JobConfig
 from pipeline.io.listing import list_inputs
 from pipeline.output.groups import form_groups, work_blocks
 from pipeline.run.stages import EXTRACT_BATCH
-
-def rss_mib(field="VmRSS"):
-    status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
-    return int(status[field].split()[0]) / 1024
 
 baseline = rss_mib()
 t0 = time.perf_counter()
@@ -181,7 +179,7 @@ def moto_page_s(client, bucket: str, n: int) -> dict:
 
 def measure(script: str, location: str, env: dict) -> dict:
     result = subprocess.run(
-        [sys.executable, "-c", script.format(repo=str(REPO)), location],
+        [sys.executable, "-c", (HEADER + script).format(repo=str(REPO)), location],
         capture_output=True, text=True, cwd=REPO, env=env,
     )  # fmt: skip
     line = next((out for out in result.stdout.splitlines() if out.startswith("BENCH ")), None)
