@@ -1,23 +1,33 @@
-"""Listing and planning at scale: the driver's time and peak memory for N small files, local and on S3.
+"""Listing at scale: the streamed listing's entries/s, pages/s and peak memory for N small files, local, S3 and GCS.
 
-    .venv/bin/python bench/listing.py [--sizes 50000,200000] [--repeats 2]
+    .venv/bin/python bench/listing.py [--sizes 20000,100000] [--repeats 2] [--plan]
 
-What the driver does before any worker starts: list the inputs (`list_inputs`),
-cut them into commit groups (`form_groups`) and build the extraction stage's
-input blocks (`work_blocks`), with the job's own functions and settings. Each
-measurement is a fresh Python process (so its peak RSS, ru_maxrss, is this work's
-alone), which imports the job first and reports its RSS then as the baseline.
-The stores alternate within each round: a local directory, and a bucket on
-moto's S3 server (a Python process on 127.0.0.1, on the same cores, so its own
-time is part of the S3 figure). Files are ~100-byte .txt notes, 1,000 per
-directory. Needs the dev extras (moto[server]). Never run as a test; results go in BENCHMARKS.md.
+Default: iterate `list_pages` (page size 1,000) over the whole input and report
+entries/s, pages/s and the process's peak RSS over its baseline, against a local
+directory, moto's S3 server and the GCS emulator (on 127.0.0.1, on the same
+cores, so their own time is part of those figures). For S3 it also times moto's
+own answer to a plain 1,000-key `list_objects_v2` page at the start and end of
+the bucket (boto3 direct), to check what its listing costs: moto's
+`list_objects_v2` walks every key of the bucket and sorts the matches for each
+page (`moto/s3/models.py`), so a listing of N keys costs it O(N^2).
+`--plan`: what the driver did before issue 20 instead: `list_inputs`, then
+`form_groups` and `work_blocks`, with the job's own functions (local and S3).
+
+Each measurement is a fresh Python process, which imports what it runs first
+and reports its RSS then as the baseline; its peak is VmHWM (ru_maxrss would
+count the parent's pages at the fork, and the parent holds both stores). The
+stores alternate within each round. Files are ~100-byte .txt notes, 1,000 per
+directory (so N/1,000 top-level prefixes, listed side by side). moto and the
+emulator run in this process, filled directly (`Stores`); the listings reach
+them over HTTP. Needs the dev extras (moto[server], gcp-storage-emulator).
+Never run as a test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -29,23 +39,47 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "storage")]
 
-from storage_servers import REGION, s3_client, start_moto  # noqa: E402
+from storage_servers import REGION, free_port, s3_client  # noqa: E402
 
 PER_DIR = 1000
 
-# The driver's planning, measured in a process of its own. The job's listing and
-# planning functions are imported here, in one place.
-MEASURE = """
-import json, resource, sys, time
+# Each measurement is one of these scripts after HEADER, in a process of its own.
+HEADER = """
+import json, sys, time
 sys.path.insert(0, {repo!r})
+
+def rss_mib(field="VmRSS"):
+    status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
+    return int(status[field].split()[0]) / 1024
+"""
+
+# The streamed listing.
+STREAM = """
+from pipeline.io.listing import list_pages
+import boto3, google.cloud.storage  # loaded by the first listing of a store: not the listing's memory
+
+baseline = rss_mib()
+t0 = time.perf_counter()
+entries = pages = 0
+first = None
+for page in list_pages([sys.argv[1]], page_size=1000):
+    entries += page.entries.num_rows
+    pages += 1
+    first = first or time.perf_counter() - t0
+t1 = time.perf_counter()
+print("BENCH", json.dumps({{
+    "files": entries, "pages": pages, "list_s": t1 - t0, "first_page_s": first,
+    "entries_per_s": entries / (t1 - t0), "pages_per_s": pages / (t1 - t0),
+    "baseline_rss_mib": baseline, "peak_rss_mib": rss_mib("VmHWM"),
+}}), flush=True)
+"""
+
+# The driver's planning before issue 20.
+PLAN = """
 from pipeline.config import JobConfig
 from pipeline.io.listing import list_inputs
 from pipeline.output.groups import form_groups, work_blocks
 from pipeline.run.stages import EXTRACT_BATCH
-
-def rss_mib():
-    status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
-    return int(status["VmRSS"].split()[0]) / 1024
 
 baseline = rss_mib()
 t0 = time.perf_counter()
@@ -58,7 +92,7 @@ t3, rss3 = time.perf_counter(), rss_mib()
 print("BENCH", json.dumps({{
     "files": len(inputs), "groups": len(groups), "blocks": len(blocks),
     "list_s": t1 - t0, "plan_s": t2 - t1, "blocks_s": t3 - t2, "total_s": t3 - t0,
-    "baseline_rss_mib": baseline, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "baseline_rss_mib": baseline, "peak_rss_mib": rss_mib("VmHWM"),
     # what each step left resident: the listing's includes what it freed again
     "listed_rss_mib": rss1 - baseline, "grouped_rss_mib": rss2 - rss1, "blocks_rss_mib": rss3 - rss2,
 }}), flush=True)
@@ -80,19 +114,72 @@ def write_local(root: Path, n: int) -> None:
         path.write_bytes(note(int(name[-11:-4])))
 
 
-def write_s3(client, bucket: str, prefix: str, n: int) -> None:
-    """Direct to moto with boto3 (not through pyarrow): the upload is setup, not measured."""
+class Stores:
+    """moto's S3 server and the GCS emulator in this process, filled directly (not over HTTP): setup, not measured.
 
-    def put(name: str) -> None:
-        client.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=note(int(name[-11:-4])))
+    Filling them over HTTP would take hours at 100k objects: the emulator
+    rewrites its whole metadata file on every upload (O(N^2) to fill) and moto
+    answers ~100 PUTs/s here. The listings under test reach both over HTTP, from
+    a process of their own.
+    """
 
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        list(pool.map(put, names(n)))
+    def __init__(self):
+        from gcp_storage_emulator.server import create_server
+        from moto.server import ThreadedMotoServer
+
+        self.s3_port, gcs_port = free_port(), free_port()
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.s3_port, verbose=False)
+        self.moto.start()
+        self.gcs = create_server("127.0.0.1", gcs_port, in_memory=True)
+        self.gcs.start()
+        self.env = {
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.s3_port}",
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{gcs_port}",
+        }
+
+    def fill(self, bucket: str, n: int) -> None:
+        from gcp_storage_emulator.handlers import buckets, objects
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        s3 = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+        s3.create_bucket(bucket, REGION)
+        gcs = self.gcs._storage
+        buckets.create_bucket(bucket, gcs)
+        for name in names(n):
+            key, body = f"corpus/{name}", note(int(name[-11:-4]))
+            s3.put_object(bucket, key, body)
+            gcs._store.write_bytes(gcs._object_path(bucket, key), body)
+            url = self.env["STORAGE_EMULATOR_HOST"]
+            resource = objects._make_object_resource(url, bucket, key, "text/plain", str(len(body)))
+            gcs.objects.setdefault(bucket, {})[key] = objects._checksums(body, resource)
+
+    def stop(self) -> None:
+        self.gcs.stop()
+        self.moto.stop()
 
 
-def measure(location: str, env: dict) -> dict:
+def moto_page_s(client, bucket: str, n: int) -> dict:
+    """Seconds moto takes to answer one 1,000-key page at the start and at the end of a bucket of n keys."""
+
+    def timed(**start) -> float:
+        runs = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            client.list_objects_v2(Bucket=bucket, Prefix="corpus/", MaxKeys=1000, **start)
+            runs.append(time.perf_counter() - t0)
+        return statistics.median(runs)
+
+    return {"moto_first_page_s": timed(), "moto_last_page_s": timed(StartAfter=f"corpus/{names(n)[-1000]}")}
+
+
+def measure(script: str, location: str, env: dict) -> dict:
     result = subprocess.run(
-        [sys.executable, "-c", MEASURE.format(repo=str(REPO)), location],
+        [sys.executable, "-c", (HEADER + script).format(repo=str(REPO)), location],
         capture_output=True, text=True, cwd=REPO, env=env,
     )  # fmt: skip
     line = next((out for out in result.stdout.splitlines() if out.startswith("BENCH ")), None)
@@ -102,49 +189,43 @@ def measure(location: str, env: dict) -> dict:
 
 
 def summary(runs: list[dict]) -> dict:
-    keys = (
-        "list_s",
-        "plan_s",
-        "blocks_s",
-        "total_s",
-        "baseline_rss_mib",
-        "peak_rss_mib",
-        "listed_rss_mib",
-        "grouped_rss_mib",
-        "blocks_rss_mib",
-    )
-    out = {k: round(statistics.median(r[k] for r in runs), 3) for k in keys}
-    out["total_s_spread"] = [round(min(r["total_s"] for r in runs), 2), round(max(r["total_s"] for r in runs), 2)]
-    out["files"], out["groups"], out["blocks"] = runs[0]["files"], runs[0]["groups"], runs[0]["blocks"]
+    """Medians of every figure, and the spread of the listing's time."""
+    out = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0] if isinstance(runs[0][k], float)}
+    out.update({k: v for k, v in runs[0].items() if isinstance(v, int)})
+    out["list_s_spread"] = [round(min(r["list_s"] for r in runs), 2), round(max(r["list_s"] for r in runs), 2)]
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="50000,200000")
+    parser.add_argument("--sizes", default="20000,100000")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--plan", action="store_true", help="the listing and planning before issue 20")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    moto, creds = start_moto()
+    script, kinds = (PLAN, ("local", "s3")) if args.plan else (STREAM, ("local", "s3", "gs"))
+    stores = Stores()
     try:
-        client = s3_client(moto.url, creds)
-        client.create_bucket(Bucket="bench")
-        env = {**os.environ, **creds, "AWS_ENDPOINT_URL": moto.url, "AWS_REGION": REGION}
+        client = s3_client(stores.env["AWS_ENDPOINT_URL"], stores.env)
+        env = {**os.environ, **stores.env}
         results = {}
         with tempfile.TemporaryDirectory() as tmp:
             for n in sizes:
                 started = time.time()
-                write_local(Path(tmp) / f"corpus-{n}", n)
-                write_s3(client, "bench", f"corpus-{n}", n)
+                locations = {"local": str(Path(tmp) / f"corpus-{n}"), "s3": f"s3://bench-{n}/corpus"}
+                locations["gs"] = f"gs://bench-{n}/corpus"
+                write_local(Path(locations["local"]), n)
+                stores.fill(f"bench-{n}", n)
                 print(f"{n} files written in {time.time() - started:.0f}s", flush=True)
-                runs = {"local": [], "s3": []}
+                runs = {kind: [] for kind in kinds}
                 for _ in range(args.repeats):
-                    runs["local"].append(measure(str(Path(tmp) / f"corpus-{n}"), env))
-                    runs["s3"].append(measure(f"s3://bench/corpus-{n}", env))
+                    for kind in kinds:
+                        runs[kind].append(measure(script, locations[kind], env))
                     print(n, {k: v[-1] for k, v in runs.items()}, flush=True)
                 results[n] = {k: summary(v) for k, v in runs.items()}
+                results[n]["s3"].update(moto_page_s(client, f"bench-{n}", n))
     finally:
-        moto.stop()
+        stores.stop()
     print(json.dumps(results, indent=1))
 
 

@@ -52,7 +52,8 @@ _ENV_OF_SCHEME = {
 }
 
 
-def _env_key(scheme: str) -> tuple:
+def env_key(scheme: str) -> tuple:
+    """The environment variables that make `scheme`'s clients: a cache key, so a changed environment gets new ones."""
     return tuple(os.environ.get(name) for name in _ENV_OF_SCHEME.get(scheme, ()))
 
 
@@ -69,7 +70,7 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
     if scheme in OBJECT_STORE_SCHEMES:
         family = "gs" if scheme in GCS_SCHEMES else "s3"
         path = f"{parsed.netloc}{parsed.path}".rstrip("/")
-        return _object_store(family, parsed.netloc, _env_key(family)), path
+        return _object_store(family, parsed.netloc, env_key(family)), path
     return _other_filesystem(location)
 
 

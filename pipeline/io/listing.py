@@ -1,24 +1,45 @@
-"""Listing the job's inputs, and grouping them into the units that are committed together.
+"""Listing the job's inputs as a stream of pages, in URI order, without holding the corpus.
 
 Inputs are local paths, `file://`, `s3://` or `gs://` URIs (see `pipeline.io.filesystems`):
 files, or directories and prefixes searched recursively. `.pdf`, `.txt` and `.md`
 files are one document each; `.jsonl`, `.jsonl.gz` and `.parquet` files are
 shards of many (see `pipeline.io.shards`). The driver only lists names and sizes
 here; document bytes are read by the workers.
+
+`list_pages` merges one sorted stream per location (`heapq.merge`), so the pages
+come in strictly ascending URI order, a file reached from two overlapping
+locations once, and what is in memory is a few pages per location whatever the
+corpus holds. Each location's stream comes from one dispatch point (`_entries`):
+a walk of local directories that sorts one directory at a time, and for S3 and GCS
+the SDKs' paged listings (`pipeline.io.object_listing`). `start_after` continues
+an interrupted listing: only URIs after it come, and the stores are asked to
+start there.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import os
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
 from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
+from pipeline.io.object_listing import STORES, list_objects
 from pipeline.io.retries import failing_at
-from pipeline.io.uris import check_location, redact, uri_of
+from pipeline.io.uris import check_location, redact, scheme_of, uri_of
 from pipeline.kinds import SHARD_KINDS, kind_of
+
+LISTING_SCHEMA = pa.schema([("uri", pa.string()), ("kind", pa.string()), ("size", pa.int64())])
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    entries: pa.RecordBatch  # LISTING_SCHEMA: readable inputs only, in ascending URI order
+    skipped: int  # files on this page whose kind docembed does not read
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,30 +53,113 @@ class InputFile:
         return self.kind in SHARD_KINDS
 
 
-def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
-    """All readable documents under `locations`, sorted by URI, and how many files were skipped.
+def list_pages(locations: list[str], *, start_after: str | None = None, page_size: int = 1000) -> Iterator[Page]:
+    """Pages of at most `page_size` readable inputs under `locations`, in strictly ascending URI order.
 
-    A location may be a file or a directory (searched recursively). Files whose
-    extension the pipeline does not read are skipped and counted.
+    A location may be a file or a directory (searched recursively). Every location
+    is checked here, before the first page: one that does not exist is
+    `InputError`. Files whose extension the pipeline does not read are counted in
+    `Page.skipped` (a page may hold only those). Only URIs after `start_after`
+    come. A storage failure, even pages in, is `StorageError`.
     """
-    found: dict[str, InputFile] = {}
-    skipped = 0
-    for location in locations:
-        check_location(location)
-        fs, path = filesystem_for(location)
-        with failing_at(f"input {location}"):
-            info = file_info(fs, path)
-            if info.type == pafs.FileType.NotFound:
-                raise InputError(f"input {redact(location)} does not exist{_missing_bucket(fs, path)}")
-            infos = [info] if info.type == pafs.FileType.File else list_files(fs, path)
-        for entry in infos:
-            kind = kind_of(entry.path)
-            if kind is None:
-                skipped += 1
-                continue
-            uri = uri_of(location, entry.path, path)
-            found[uri] = InputFile(uri=uri, kind=kind, size=entry.size)
-    return [found[uri] for uri in sorted(found)], skipped
+    if page_size < 1:
+        raise ValueError(f"page_size must be at least 1, not {page_size}")
+    streams = [_location(location, start_after, page_size) for location in locations]
+    return _paged(heapq.merge(*streams), start_after, page_size)
+
+
+def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
+    """All readable inputs under `locations` in memory, sorted by URI, and how many files were skipped.
+
+    For callers that need a small list (sampling, tests); a job streams `list_pages`.
+    """
+    inputs, skipped = [], 0
+    for page in list_pages(locations):
+        skipped += page.skipped
+        columns = page.entries.to_pydict()
+        inputs += map(InputFile, columns["uri"], columns["kind"], columns["size"])
+    return inputs, skipped
+
+
+def _paged(entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int) -> Iterator[Page]:
+    uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
+    for uri, size in entries:
+        if last is not None and uri <= last:
+            continue  # the same file from another location, or at or before start_after
+        last = uri
+        kind = kind_of(uri)
+        if kind is None:
+            skipped += 1
+            continue
+        uris.append(uri)
+        kinds.append(kind)
+        sizes.append(size)
+        if len(uris) == page_size:
+            yield Page(pa.RecordBatch.from_arrays([uris, kinds, sizes], schema=LISTING_SCHEMA), skipped)
+            uris, kinds, sizes, skipped = [], [], [], 0
+    if uris or skipped:
+        yield Page(pa.RecordBatch.from_arrays([uris, kinds, sizes], schema=LISTING_SCHEMA), skipped)
+
+
+def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int]]:
+    """(uri, size) of every file under `location`, ascending; checks now that it exists, lists when iterated."""
+    check_location(location)
+    fs, path = filesystem_for(location)
+    with failing_at(f"input {location}"):
+        info = file_info(fs, path)
+    if info.type == pafs.FileType.NotFound:
+        raise InputError(f"input {redact(location)} does not exist{_missing_bucket(fs, path)}")
+    if info.type == pafs.FileType.File:
+        return iter([(uri_of(location, info.path, path), info.size)])
+    return _failing_at(location, _entries(location, fs, path, start_after, page_size))
+
+
+def _failing_at(location: str, entries: Iterator[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+    with failing_at(f"input {location}"):
+        yield from entries
+
+
+def _entries(
+    location: str, fs: pafs.FileSystem, path: str, start_after: str | None, page_size: int
+) -> Iterator[tuple[str, int]]:
+    """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI."""
+    scheme = scheme_of(location)
+    base = uri_of(location, f"{path.rstrip('/')}/", path)  # what every URI under it starts with
+    if _before(base, start_after):
+        return
+    within = start_after if start_after and start_after.startswith(base) else None
+    if scheme in ("", "file"):
+        yield from _walk(base, within)
+    elif scheme in STORES:
+        bucket, _, prefix = path.partition("/")
+        prefix = f"{prefix}/" if prefix else ""
+        key_start = within[len(base) - len(prefix) :] if within else None
+        for key, size in list_objects(scheme, bucket, prefix, key_start, page_size):
+            yield uri_of(location, f"{bucket}/{key}", path), size
+    else:  # other filesystems pyarrow or fsspec know (untested): listed whole, as they offer no pages
+        yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
+
+
+def _before(base: str, start_after: str | None) -> bool:
+    """Whether every name starting with `base` sorts at or before `start_after`."""
+    return start_after is not None and start_after > base and not start_after.startswith(base)
+
+
+def _walk(directory: str, start_after: str | None) -> Iterator[tuple[str, int]]:
+    """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time.
+
+    A directory sorts as its name followed by "/", as its files' paths do: `a-b`
+    comes before `a/x`, which comes before `a0`.
+    """
+    with os.scandir(directory) as it:
+        named = sorted((e.name + "/" if e.is_dir() else e.name, e) for e in it)
+    for name, entry in named:
+        path = directory + name
+        if name.endswith("/"):
+            if not _before(path, start_after):
+                yield from _walk(path, start_after)
+        elif entry.is_file() and (start_after is None or path > start_after):
+            yield path, entry.stat().st_size
 
 
 def _missing_bucket(fs: pafs.FileSystem, path: str) -> str:

@@ -1,0 +1,123 @@
+"""The streamed listing on moto's S3 server and the GCS emulator: order, dedup, resuming, a store failing mid-listing.
+
+Requests go through the fault proxies, as the jobs' do. moto pages as S3 does
+(MaxKeys, StartAfter); the GCS emulator ignores maxResults and startOffset and
+answers each listing in one page, so on it the pages are the listing's own and
+`start_after` is honoured by the client alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from pipeline.errors import InputError, StorageError
+from pipeline.io import filesystems, object_listing, retries
+from pipeline.io.listing import list_pages
+from pipeline.kinds import kind_of
+
+BUCKET = "listing"
+# More top-level prefixes than are listed at once (object_listing.PREFIXES_AHEAD), names that sort
+# differently as keys than as a tree ("-" and "." before "/"), a flat prefix, skipped kinds, a directory marker.
+KEYS = sorted(
+    [f"tree/p{p:02d}/f{i}.txt" for p in range(10) for i in range(4)]
+    + [f"tree/p03/deep/er/g{i}.md" for i in range(5)]
+    + ["tree/a.txt", "tree/a-b.txt", "tree/a/x.pdf", "tree/a0.jsonl", "tree/é/ü.txt", "tree/z.png", "tree/b/x.bin"]
+    + ["tree/dir/", "tree/p01/skip.bin"]
+    + [f"flat/n{i:03d}.txt" for i in range(40)]
+)
+
+
+def gcs_direct(servers) -> storage.Client:
+    return storage.Client(
+        project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": servers.gcs.url}
+    )
+
+
+@pytest.fixture(scope="module")
+def buckets(servers):
+    """KEYS in s3://listing and gs://listing, written directly to the servers."""
+    servers.make_bucket("s3", BUCKET)
+    servers.make_bucket("gs", BUCKET)
+    gcs = gcs_direct(servers).bucket(BUCKET)
+    for key in KEYS:
+        servers.s3.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
+        gcs.blob(key).upload_from_string(key.encode())
+    return KEYS
+
+
+@pytest.fixture(params=["s3", "gs"])
+def scheme(request, buckets, servers, tmp_path, monkeypatch):
+    for name, value in servers.env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    servers.reset_faults()
+    yield request.param
+    servers.reset_faults()
+    object_listing._s3_client.cache_clear()  # drops clients made with a patched retry count
+
+
+def expected(scheme: str, under: str = "") -> tuple[list[tuple[str, str, int]], int]:
+    files = [k for k in KEYS if k.startswith(under) and not k.endswith("/")]
+    readable = sorted((f"{scheme}://{BUCKET}/{k}", kind_of(k), len(k.encode())) for k in files if kind_of(k))
+    return readable, len(files) - len(readable)
+
+
+def listed(locations, **kwargs) -> tuple[list[tuple[str, str, int]], int, int]:
+    rows, skipped, pages = [], 0, 0
+    for page in list_pages(locations, **kwargs):
+        d = page.entries.to_pydict()
+        rows += zip(d["uri"], d["kind"], d["size"])
+        skipped += page.skipped
+        pages += 1
+    return rows, skipped, pages
+
+
+def test_object_store_listing_is_sorted_deduplicated_and_paged(scheme, servers):
+    base = f"{scheme}://{BUCKET}"
+    locations = [f"{base}/tree", f"{base}/tree/p03", f"{base}/flat", f"{base}/tree/a.txt", f"{base}/flat/n007.txt"]
+    rows, skipped, pages = listed(locations, page_size=3)
+    want_tree, skipped_tree = expected(scheme, "tree/")
+    want_flat, _ = expected(scheme, "flat/")
+    assert rows == sorted(want_tree + want_flat) and skipped == skipped_tree == 3
+    assert pages == -(-len(rows) // 3)
+    assert listed([base], page_size=1000)[:2] == expected(scheme)
+    if scheme == "s3":  # moto pages as S3 does: three keys a request
+        assert servers.proxies["s3"].counts["requests"] > len(KEYS) // 3
+
+
+def test_start_after_gives_the_tail(scheme):
+    base = f"{scheme}://{BUCKET}"
+    full, _, _ = listed([base], page_size=4)
+    uris = [r[0] for r in full]
+    points = [*uris[::12], uris[-1], f"{base}/tree/p03", f"{base}/tree/p03/", f"{base}/tree/p03/deep/er/g2.md0"]
+    points += [f"{base}/tree/a", f"{base}/tree/p99", f"{base}/flat0", f"{base}/", f"{scheme}://", f"{base}0"]
+    for point in points:
+        rows, _, _ = listed([base, f"{base}/tree/p05"], start_after=point, page_size=4)
+        assert rows == [r for r in full if r[0] > point], point
+
+
+def test_missing_buckets_and_prefixes(scheme):
+    with pytest.raises(InputError, match="there is no bucket nobucket"):
+        list_pages([f"{scheme}://nobucket/x"])
+    with pytest.raises(InputError, match="does not exist$"):
+        list_pages([f"{scheme}://{BUCKET}/nothing-here"])
+
+
+def test_storage_failing_mid_listing_is_a_storage_error_and_a_later_listing_completes(scheme, servers, monkeypatch):
+    monkeypatch.setattr(filesystems, "S3_MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(filesystems, "GCS_RETRY_SECONDS", 1)
+    monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.01)
+    object_listing._s3_client.cache_clear()
+    location = f"{scheme}://{BUCKET}/tree"
+    pages = list_pages([location], page_size=2)
+    first = next(pages)
+    # The prefixes after the first PREFIXES_AHEAD + 1 are listed once the first is consumed: after this.
+    servers.proxies[scheme].down = True
+    seen = first.entries.num_rows
+    with pytest.raises(StorageError, match=f"input {location}: cannot list {scheme}://{BUCKET}/tree/"):
+        for page in pages:
+            seen += page.entries.num_rows
+    assert 0 < seen < len(expected(scheme, "tree/")[0])
+    servers.proxies[scheme].down = False
+    assert listed([location])[:2] == expected(scheme, "tree/")
