@@ -165,24 +165,3 @@ def _walk(directory: str, start_after: str | None) -> Iterator[tuple[str, int]]:
 def _missing_bucket(fs: pafs.FileSystem, path: str) -> str:
     bucket = bucket_missing(fs, path) if "/" in path else None
     return f" (there is no bucket {bucket})" if bucket else ""
-
-
-@dataclasses.dataclass(frozen=True)
-class Page:
-    entries: pa.RecordBatch  # uri, kind, size; ascending URI order
-    skipped: int
-
-
-def list_pages(locations: list[str], *, start_after: str | None = None, page_size: int = 1000):
-    """TEMPORARY stand-in until the streaming listing lands (branch i20-listing)."""
-    found, skipped = list_inputs(locations)
-    found = [f for f in found if start_after is None or f.uri > start_after]
-    for i in range(0, max(len(found), 1), page_size):
-        chunk = found[i : i + page_size]
-        yield Page(
-            pa.RecordBatch.from_pydict(
-                {"uri": [f.uri for f in chunk], "kind": [f.kind for f in chunk], "size": [f.size for f in chunk]},
-                schema=pa.schema([("uri", pa.string()), ("kind", pa.string()), ("size", pa.int64())]),
-            ),
-            skipped if i == 0 else 0,
-        )
