@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
 from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
-from pipeline.io.object_listing import STORES, list_objects
+from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import check_location, redact, scheme_of, uri_of
 from pipeline.kinds import SHARD_KINDS, kind_of
@@ -125,7 +125,7 @@ def _entries(
     """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI."""
     scheme = scheme_of(location)
     base = uri_of(location, f"{path.rstrip('/')}/", path)  # what every URI under it starts with
-    if _before(base, start_after):
+    if wholly_before(base, start_after):
         return
     within = start_after if start_after and start_after.startswith(base) else None
     if scheme in ("", "file"):
@@ -140,11 +140,6 @@ def _entries(
         yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
 
 
-def _before(base: str, start_after: str | None) -> bool:
-    """Whether every name starting with `base` sorts at or before `start_after`."""
-    return start_after is not None and start_after > base and not start_after.startswith(base)
-
-
 def _walk(directory: str, start_after: str | None) -> Iterator[tuple[str, int]]:
     """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time.
 
@@ -156,7 +151,7 @@ def _walk(directory: str, start_after: str | None) -> Iterator[tuple[str, int]]:
     for name, entry in named:
         path = directory + name
         if name.endswith("/"):
-            if not _before(path, start_after):
+            if not wholly_before(path, start_after):
                 yield from _walk(path, start_after)
         elif entry.is_file() and (start_after is None or path > start_after):
             yield path, entry.stat().st_size

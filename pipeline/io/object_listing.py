@@ -170,6 +170,11 @@ def list_objects(
         stop.set()
 
 
+def wholly_before(prefix: str, start_after: str | None) -> bool:
+    """Whether every name starting with `prefix` sorts at or before `start_after`: a subtree to skip."""
+    return start_after is not None and start_after > prefix and not start_after.startswith(prefix)
+
+
 def _store(scheme: str, bucket: str):
     return retrying(f"cannot list {scheme}://{bucket}", STORES[scheme])
 
@@ -208,7 +213,7 @@ def _in_order(level, subtree, start_after: str | None, stop: threading.Event, wi
             name, size = item
             if size is not None:
                 window.append(item)
-            elif not (start_after and start_after > name and not start_after.startswith(name)):
+            elif not wholly_before(name, start_after):
                 window.append(_Prefetch(subtree(name), stop))
                 in_flight += 1
 
