@@ -1,6 +1,6 @@
 """Listing at scale: the streamed listing's entries/s, pages/s and peak memory for N small files, local, S3 and GCS.
 
-    .venv/bin/python bench/listing.py [--sizes 20000,100000] [--repeats 2] [--plan]
+    .venv/bin/python bench/listing.py [--sizes 20000,100000] [--repeats 2]
 
 Default: iterate `list_pages` (page size 1,000) over the whole input and report
 entries/s, pages/s and the process's peak RSS over its baseline, against a local
@@ -10,8 +10,8 @@ own answer to a plain 1,000-key `list_objects_v2` page at the start and end of
 the bucket (boto3 direct), to check what its listing costs: moto's
 `list_objects_v2` walks every key of the bucket and sorts the matches for each
 page (`moto/s3/models.py`), so a listing of N keys costs it O(N^2).
-`--plan`: what the driver did before issue 20 instead: `list_inputs`, then
-`form_groups` and `work_blocks`, with the job's own functions (local and S3).
+What the driver does with the pages (groups, the recorded listing, its memory at
+10M entries) is bench/scale.py's.
 
 Each measurement is a fresh Python process, which imports what it runs first
 and reports its RSS then as the baseline; its peak is VmHWM (ru_maxrss would
@@ -71,30 +71,6 @@ print("BENCH", json.dumps({{
     "files": entries, "pages": pages, "list_s": t1 - t0, "first_page_s": first,
     "entries_per_s": entries / (t1 - t0), "pages_per_s": pages / (t1 - t0),
     "baseline_rss_mib": baseline, "peak_rss_mib": rss_mib("VmHWM"),
-}}), flush=True)
-"""
-
-# The driver's planning before issue 20.
-PLAN = """
-from pipeline.config import JobConfig
-from pipeline.io.listing import list_inputs
-from pipeline.output.groups import form_groups, work_blocks
-from pipeline.run.stages import EXTRACT_BATCH
-
-baseline = rss_mib()
-t0 = time.perf_counter()
-inputs, skipped = list_inputs([sys.argv[1]])
-t1, rss1 = time.perf_counter(), rss_mib()
-groups = form_groups(inputs, JobConfig(inputs=(sys.argv[1],), output="unused").group_size, salt="bench")
-t2, rss2 = time.perf_counter(), rss_mib()
-blocks = work_blocks(groups, EXTRACT_BATCH)
-t3, rss3 = time.perf_counter(), rss_mib()
-print("BENCH", json.dumps({{
-    "files": len(inputs), "groups": len(groups), "blocks": len(blocks),
-    "list_s": t1 - t0, "plan_s": t2 - t1, "blocks_s": t3 - t2, "total_s": t3 - t0,
-    "baseline_rss_mib": baseline, "peak_rss_mib": rss_mib("VmHWM"),
-    # what each step left resident: the listing's includes what it freed again
-    "listed_rss_mib": rss1 - baseline, "grouped_rss_mib": rss2 - rss1, "blocks_rss_mib": rss3 - rss2,
 }}), flush=True)
 """
 
@@ -200,10 +176,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="20000,100000")
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--plan", action="store_true", help="the listing and planning before issue 20")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    script, kinds = (PLAN, ("local", "s3")) if args.plan else (STREAM, ("local", "s3", "gs"))
+    script, kinds = STREAM, ("local", "s3", "gs")
     stores = Stores()
     try:
         client = s3_client(stores.env["AWS_ENDPOINT_URL"], stores.env)
