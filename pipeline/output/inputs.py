@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
-from pipeline.io.retries import failing_at, retrying
+from pipeline.io.retries import retrying
 from pipeline.output.files import dumps, read_json
 from pipeline.output.layout import INPUTS_DIR, LISTED_FILE, STAGING_DIR, inputs_part_index, inputs_part_path
 from pipeline.schemas import INPUTS_SCHEMA
@@ -69,12 +69,6 @@ def groups_of(entries: pa.Table) -> dict[str, int | None]:
     """Recorded entries -> each of their groups with its file count (None: a shard, counted by its reader)."""
     groups = entries.group_by("group", use_threads=False).aggregate([("group_docs", "max")])
     return dict(zip(groups.column("group").to_pylist(), groups.column("group_docs_max").to_pylist()))
-
-
-def is_complete(output: str) -> bool:
-    fs, root = filesystem_for(output)
-    with failing_at(f"output {output}"):
-        return storage.exists(fs, f"{root}/{LISTED_FILE}")
 
 
 def write_part(fs: pafs.FileSystem, root: str, k: int, entries: pa.Table, skipped: int) -> None:

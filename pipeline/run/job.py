@@ -36,7 +36,7 @@ from pipeline.io import shards
 from pipeline.io.listing import list_pages
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
-from pipeline.output import inputs, sink
+from pipeline.output import sink
 from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import GroupCutter
 from pipeline.output.layout import FORMAT
@@ -165,9 +165,8 @@ def run(cfg: JobConfig) -> RunReport | None:
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
+    _check_documents(cfg.inputs)
     sink.check_writable(cfg.output)
-    if cfg.overwrite or not inputs.is_complete(cfg.output):
-        _check_documents(cfg.inputs)
 
     owns_ray = _init_ray(cfg.verbosity)
     # After Ray's start, so that the processes it starts never hold the filter's pipe.

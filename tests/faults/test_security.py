@@ -74,6 +74,7 @@ def test_hostile_ids_and_names_stay_data_and_write_nothing_outside_the_output(ra
         "embeddings",
         "errors",
         "_groups",
+        "_inputs",
         "_staging",
         "_docembed.json",
         "_SUCCESS",
