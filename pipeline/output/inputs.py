@@ -59,7 +59,7 @@ def read_record(fs: pafs.FileSystem, root: str) -> Record:
         record.groups.update(groups_of(table))
         if table.num_rows:
             record.last_uri = table.column("uri")[-1].as_py()
-        record.skipped = int((table.schema.metadata or {}).get(SKIPPED_KEY, b"0"))
+        record.skipped = int((table.schema.metadata or {}).get(SKIPPED_KEY.encode(), b"0"))
     if record.complete and record.listed["parts"] != record.parts:
         raise RuntimeError(f"{root}/{LISTED_FILE} names {record.listed['parts']} parts, {record.parts} are there")
     return record

@@ -102,8 +102,8 @@ def record(output: str, uris: list[str], group_size: int) -> dict[str, list[str]
     """Records `uris` as the output's whole listing; returns each group's members."""
     recorded = record_groups(listing(uris), group_size, "s")
     fs, root = filesystem_for(output)
-    inputs.write_part(fs, root, 0, recorded, skipped=0)
-    inputs.write_listed(fs, root, parts=1, inputs=recorded.num_rows, skipped=0)
+    inputs.write_part(fs, root, 0, recorded, skipped=3)
+    inputs.write_listed(fs, root, parts=1, inputs=recorded.num_rows, skipped=3)
     groups: dict[str, list[str]] = {}
     for uri, group in zip(recorded.column("uri").to_pylist(), recorded.column("group").to_pylist()):
         groups.setdefault(group, []).append(uri)
@@ -165,6 +165,7 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     state = resume.open_output(output, overwrite=False, manifest=MANIFEST)
     assert set(state.done) == {done} and state.dropped_parts == 1 and state.dropped_groups == 1
     assert state.record.complete and state.record.inputs == 4 and set(state.record.groups) == {done, unfinished}
+    assert state.record.skipped == 3 and state.record.last_uri == text_files(4)[-1]
     parts = sorted(p.name for p in (tmp_path / "out" / "embeddings").iterdir())
     assert all(p.startswith(f"part-{done}-") for p in parts) and len(parts) == 2
     assert not stale.exists() and not list((tmp_path / "out" / "_staging").iterdir())
