@@ -81,7 +81,7 @@ class GroupCutter:
         self._run = [i - n for i in self._run]
         self._waiting = [waiting.slice(n)] if n < waiting.num_rows else []
         taken = waiting.slice(0, n)
-        return _with_groups(taken, ids, self.group_size)
+        return _with_groups(taken, ids)
 
 
 def record_groups(entries: pa.Table, group_size: int, salt: str = "") -> pa.Table:
@@ -96,7 +96,7 @@ def _as_table(entries: pa.RecordBatch | pa.Table) -> pa.Table:
     return table.select(["uri", "kind", "size"])
 
 
-def _with_groups(entries: pa.Table, ids: list[str], group_size: int) -> pa.Table:
+def _with_groups(entries: pa.Table, ids: list[str]) -> pa.Table:
     """Adds `group` and `group_docs` (a file group's member count; null for a shard, found by its reader)."""
     counts: dict[str, int] = {}
     for group in ids:
