@@ -11,6 +11,11 @@ starts as soon as the first part is recorded, while the listing goes on. The
 read is one task that mostly waits; it asks for no CPU, which also keeps Ray
 Data from fusing it with the extraction tasks (it fuses only operators whose
 resource requests match), so extraction still spreads over the CPU stages.
+
+Each work block leaves the read as a Ray Data block of its own, as it is
+yielded (`BlocksAsYielded`): Ray Data would otherwise merge what a read task
+yields up to its target block size (128 MiB), which for a listing is the
+whole corpus, one extraction task and nothing encoded until the listing ends.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import ray
 from ray.data import Datasource, ReadTask
+from ray.data._internal.logical.interfaces import PhysicalPlan, Rule
+from ray.data._internal.logical.optimizers import get_physical_ruleset
+from ray.data._internal.output_buffer import OutputBlockSizeOption
 from ray.data.block import BlockMetadata
 
 from pipeline.io import shards
@@ -169,6 +177,39 @@ class Recorder:
         ray.get(self.feed.recorded.remote(k + 1))
 
 
+READ_NAME = "RecordedInputs"
+
+
+class BlocksAsYielded(Rule):
+    """Ray Data's physical plan, with the recorded inputs' read handing on each block as it is yielded.
+
+    No public Ray Data API sets one operator's output block size: a read
+    task's yields are merged up to the dataset's `target_max_block_size`, and
+    a smaller target for the whole dataset would slice every later stage's
+    output into as many small blocks. So this rule, added to Ray Data's
+    physical ruleset (a DeveloperAPI) by `register`, turns block shaping off
+    for this one read, as Ray Data does for its own file listing. It reaches
+    into Ray's private operator internals (Ray is pinned in constraints.txt);
+    tests/pipeline/run/test_feed.py pins what it must do.
+    """
+
+    def apply(self, plan: PhysicalPlan) -> PhysicalPlan:
+        todo = [plan.dag]
+        while todo:
+            op = todo.pop()
+            todo += op.input_dependencies
+            if op.name.startswith(f"Read{READ_NAME}"):  # fused or not, the read is the first transform
+                read = op._map_transformer._transform_fns[0]
+                read._output_block_size_option = OutputBlockSizeOption.of(disable_block_shaping=True)
+        return plan
+
+    @classmethod
+    def register(cls) -> None:
+        ruleset = get_physical_ruleset()
+        if cls not in list(ruleset):
+            ruleset.add(cls)
+
+
 class RecordedInputs(Datasource):
     """The record's parts as work blocks (WORK_SCHEMA), in order, as the driver records them.
 
@@ -186,6 +227,9 @@ class RecordedInputs(Datasource):
     ):
         self.output, self.feed, self.done = output, feed, done
         self.fields, self.unit_bytes = fields, unit_bytes
+
+    def get_name(self) -> str:
+        return READ_NAME
 
     def estimate_inmemory_data_size(self) -> int | None:
         return None
