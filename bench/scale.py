@@ -95,6 +95,7 @@ def real_run(corpus: Path, out: Path) -> dict:
         "wall_s": wall,
         "docs_per_s": success["throughput"]["docs_per_s"],
         "first_group_s": success["first_group_seconds"],
+        "startup": success["startup_seconds"],
         "inputs": success["counts"]["inputs"],
     }
 
@@ -178,6 +179,9 @@ def main() -> None:
                 f"| {kind} | {n:,} | {r['driver_mb']:.0f} MB | {r['head_mb']:.0f} MB | {r['wall_s']:.0f} s | "
                 f"{r['docs_per_s']:.0f} | {r['first_group_s']:.1f} s |"
             )
+        print("\nstart-up, seconds from the driver's start (`startup_seconds` in _SUCCESS):")
+        for kind, n, r in rows:
+            print(f"- {kind}, {n:,} files: " + ", ".join(f"{step} {t:.1f}" for step, t in r["startup"]))
         tiny = [(n, r) for kind, n, r in rows if kind == "tiny .txt"]
         if len(tiny) >= 2:
             xs = [n for n, _ in tiny]

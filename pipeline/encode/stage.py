@@ -8,6 +8,7 @@ nothing of Ray, so tests call it directly.
 from __future__ import annotations
 
 import os
+import time
 
 import jax
 import pyarrow as pa
@@ -38,6 +39,7 @@ class EncodeBlock:
     ):
         """`cpu_devices`: on a CPU encoder actor, the devices the driver placed it with
         (`EncoderPlacement.devices_per_actor`); None elsewhere."""
+        load_started = time.time()
         enable_compilation_cache(compile_cache)
         if cpu_devices is not None:
             use_cpu_devices(cpu_devices)
@@ -52,6 +54,7 @@ class EncodeBlock:
         self.clock = StageClock(record)
         self.profile_dir = None if profile is None else os.path.join(profile, self.clock.worker.replace(":", "-"))
         self.calls = 0
+        self.loaded = (load_started, time.time())
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         self.calls += 1
@@ -68,7 +71,7 @@ class EncodeBlock:
             emb_ND, stats = self.encoder.encode_ids(token_ids)
             counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
         # A retried call holds the same rows: its report replaces the first attempt's.
-        state = EncoderCall(stats, tuple(sorted(self.encoder.compiled_shapes)), compilation_cache_counts())
+        state = EncoderCall(stats, tuple(sorted(self.encoder.compiled_shapes)), compilation_cache_counts(), self.loaded)
         self.clock.send(call=rows_digest(batch), encoder=state)
 
         dim = self.encoder.dim

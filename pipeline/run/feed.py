@@ -114,6 +114,7 @@ class Recorder:
         self.ledger, self.feed = ledger, feed
         self.error: BaseException | None = None
         self.inputs, self.skipped = record.inputs, record.skipped
+        self.first_recorded_at: float | None = None  # wall-clock time of this run's first recorded part
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="docembed-listing", daemon=True)
 
@@ -172,6 +173,7 @@ class Recorder:
         with failing_at(f"output {self.output}"):
             inputs.write_part(fs, root, k, part, self.skipped)
         self.inputs += part.num_rows
+        self.first_recorded_at = self.first_recorded_at or time.time()
         # The ledger knows a group before any of its rows can reach the driver.
         self.ledger.expect(inputs.groups_of(part))
         ray.get(self.feed.recorded.remote(k + 1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from pipeline.errors import InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
-from pipeline.io.listing import list_pages
+from pipeline.io.listing import Page, list_pages
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output import sink
@@ -44,7 +45,7 @@ from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.run.feed import BlocksAsYielded, ListingFailed, ListingFeed, RecordedInputs, Recorder
-from pipeline.run.report import ProgressLine, RunReport
+from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.run.stderr_filter import known_ray_noise_dropped
@@ -166,14 +167,14 @@ def run(cfg: JobConfig) -> RunReport | None:
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
-    _check_documents(cfg.inputs)
+    listing = _listing_with_documents(cfg.inputs)
     sink.check_writable(cfg.output)
 
     owns_ray = _init_ray(cfg.verbosity)
     # After Ray's start, so that the processes it starts never hold the filter's pipe.
     with known_ray_noise_dropped(), interruptible():
         try:
-            return _run_on_ray(cfg, started, spec, chunking, extract)
+            return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing)
         except Interrupted:
             if owns_ray:
                 ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
@@ -181,12 +182,17 @@ def run(cfg: JobConfig) -> RunReport | None:
             raise
 
 
-def _check_documents(locations: tuple[str, ...]) -> None:
-    """InputError unless the listing finds a document: before anything is written or started."""
-    skipped = 0
-    for page in list_pages(list(locations)):
+def _listing_with_documents(locations: tuple[str, ...]) -> Iterator[Page]:
+    """The listing, once it has found a document: InputError before anything is written or started unless it does.
+
+    A fresh run records this same listing, so the pages read to find the first document are not asked for twice.
+    """
+    pages = list_pages(list(locations))
+    seen, skipped = [], 0
+    for page in pages:
+        seen.append(page)
         if page.entries.num_rows:
-            return
+            return itertools.chain(seen, pages)
         skipped += page.skipped
     raise InputError(
         f"no documents ({kinds.described()}) under {redact(', '.join(locations))} ({skipped} other files skipped)"
@@ -194,7 +200,13 @@ def _check_documents(locations: tuple[str, ...]) -> None:
 
 
 def _run_on_ray(
-    cfg: JobConfig, started: float, spec: model_dir.ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig
+    cfg: JobConfig,
+    started: float,
+    ray_ready: float,
+    spec: model_dir.ModelSpec,
+    chunking: ChunkingConfig,
+    extract: ExtractConfig,
+    listing: Iterator[Page],
 ) -> RunReport | None:
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
@@ -221,7 +233,12 @@ def _run_on_ray(
         )
     ledger = Ledger(cfg.output, state)
     ledger.expect(record.groups)
-    pages = None if record.complete else list_pages(list(cfg.inputs), start_after=record.last_uri)
+    if record.complete:
+        pages = None
+    elif record.last_uri is None:
+        pages = listing
+    else:  # the listing goes on after the part a stopped run recorded
+        pages = list_pages(list(cfg.inputs), start_after=record.last_uri)
     recorder = Recorder(
         cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, _on_this_node(ListingFeed)
     )
@@ -251,6 +268,12 @@ def _run_on_ray(
         ray.kill(recorder.feed)
     report.inputs, report.skipped = recorder.inputs, recorder.skipped
     report.first_group_seconds = ledger.first_done_at and ledger.first_done_at - started
+    marks = {
+        "Ray ready": ray_ready,
+        "first part of the listing recorded": recorder.first_recorded_at,
+        "first group committed": ledger.first_done_at,
+    }
+    report.startup = startup(started, marks, stages, encoders)
     report.finish(time.time() - started, encoders, stages)
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:

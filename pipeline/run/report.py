@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import time
 
 from pipeline.config import JobConfig
@@ -29,6 +30,7 @@ class RunReport:
     error_types: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     wall_seconds: float = 0.0
     first_group_seconds: float | None = None  # from the start to this run's first committed group
+    startup: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # see `startup`
     encode: EncodeStats = dataclasses.field(default_factory=EncodeStats)
     compiled_shapes: dict[str, list] = dataclasses.field(default_factory=dict)
     compile_cache: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: hits, misses
@@ -97,6 +99,7 @@ class RunReport:
             "config": self.config,
             "wall_seconds": round(self.wall_seconds, 3),
             "first_group_seconds": None if self.first_group_seconds is None else round(self.first_group_seconds, 3),
+            "startup_seconds": [list(step) for step in self.startup],
             "throughput": {
                 "docs_per_s": round((self.docs_ok + self.docs_failed) / wall, 3),
                 "chunks_per_s": round(self.chunks / wall, 3),
@@ -121,11 +124,37 @@ class RunReport:
             f"padding efficiency {self.padding_efficiency:.1%}; "
             f"compiled shapes per encoder {[len(s) for s in self.compiled_shapes.values()]}",
             f"  {self.stages.line(self.wall_seconds)}",
+            "  start-up: " + (", ".join(f"{step} {t:.1f}s" for step, t in self.startup) or "none"),
             f"  model {self.model_id} (fingerprint {self.model_fingerprint})",
         ]
         if self.error_types:
             lines.append("  errors: " + ", ".join(f"{k} x{v}" for k, v in self.error_types.most_common()))
         return "\n".join(lines)
+
+
+# The stages whose first call marks a step of a run's start.
+STARTUP_STAGES = ("read", "extract", "tokenise", "encode", "write")
+
+
+def startup(
+    started: float, marks: dict[str, float | None], stages: StageTable, encoders: dict[str, EncoderTotals]
+) -> list[tuple[str, float]]:
+    """(step, seconds from the run's start) for each of its first steps, in the order they came (`started`:
+    time.time; a list, as _SUCCESS's JSON sorts a dict's keys).
+
+    `marks`: the driver's own steps (Ray ready, first part of the listing recorded, first group committed;
+    None when the run had no such step). Then the first encoder's load (its start and end) and each stage's
+    first call, from what the workers reported: the gaps say where a short run's time goes.
+    """
+    steps = dict(marks)
+    loads = [e.loaded for e in encoders.values() if not math.isnan(e.loaded[0])]
+    if loads:
+        steps["encoder load started"], steps["encoder loaded"] = min(loads)
+    for stage in STARTUP_STAGES:
+        if stage in stages.stages:
+            steps[f"first {stage} call"] = stages.stages[stage].first
+    timed = sorted((t, step) for step, t in steps.items() if t is not None)
+    return [(step, round(t - started, 3)) for t, step in timed]
 
 
 class ProgressLine:

@@ -70,6 +70,8 @@ class EncoderCall:
     stats: EncodeStats
     compiled_shapes: tuple[tuple[int, int], ...]  # every shape this encoder has compiled so far
     compile_cache: dict[str, int]  # this process's persistent-cache hits and misses so far
+    # Wall-clock (time.time) start and end of this encoder's load: weights, devices, compile cache.
+    loaded: tuple[float, float] = (math.nan, math.nan)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +173,7 @@ class EncoderTotals:
     compiled_shapes: tuple[tuple[int, int], ...]
     compile_cache: dict[str, int]
     where: dict
+    loaded: tuple[float, float]
 
     @property
     def pid(self) -> int:
@@ -212,6 +215,7 @@ class RunTally:
                 last.encoder.compiled_shapes,
                 last.encoder.compile_cache,
                 {**last.where, "worker": worker},
+                last.encoder.loaded,
             )
         for increment in self.calls.values():
             if increment.encoder is not None:

@@ -176,18 +176,19 @@ def test_a_listing_failing_midway_fails_in_one_line_then_the_rerun_completes(sto
     proxy.reset()
     monkeypatch.setattr(job, "list_pages", functools.partial(listing.list_pages, page_size=3))
     monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.01)
-    check = job._check_documents
+    check = job._listing_with_documents
 
     def check_then_fail_listings_after_two_more(locations):
-        check(locations)  # the job's look for a first document, before Ray starts
+        pages = check(locations)  # the job's look for a first document, before Ray starts
         proxy.list_limit = proxy.counts["listings"] + 2
+        return pages
 
-    monkeypatch.setattr(job, "_check_documents", check_then_fail_listings_after_two_more)
+    monkeypatch.setattr(job, "_listing_with_documents", check_then_fail_listings_after_two_more)
     try:
         with pytest.raises(StorageError) as failure:
             run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
     finally:
-        monkeypatch.setattr(job, "_check_documents", check)
+        monkeypatch.setattr(job, "_listing_with_documents", check)
         proxy.reset()
     message = str(failure.value)
     assert "\n" not in message and "cannot list" in message and "rerun" in message, message

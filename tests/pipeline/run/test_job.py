@@ -164,6 +164,17 @@ def test_success_names_each_stage_and_the_bottleneck(finished):
     assert success["bottleneck"] in stages
 
 
+def test_success_breaks_the_start_up_into_its_steps(finished):
+    out, _ = finished
+    pairs = read_report(str(out))["startup_seconds"]
+    assert [t for _, t in pairs] == sorted(t for _, t in pairs)
+    steps = dict(pairs)
+    order = ["Ray ready", "encoder load started", "encoder loaded", "first encode call", "first group committed"]
+    assert [step for step in steps if step in order] == order
+    assert steps["first part of the listing recorded"] < steps["first extract call"] < steps["first encode call"]
+    assert 0 < steps["first group committed"] <= read_report(str(out))["wall_seconds"]
+
+
 def test_demo_corpus_pads_little_and_compiles_few_programs(ray_local, tmp_path):
     report = run_job(JobConfig(inputs=(str(SAMPLES),), output=str(tmp_path / "out")))
     # 21 chunks of 150-256 tokens: no two share a row, so the tail of each row is the padding.

@@ -1,5 +1,8 @@
-from pipeline.run.report import ProgressLine, RunReport
-from pipeline.run.stage_clock import StageTable, StageTotals
+import math
+
+from pipeline.encode.batching import EncodeStats
+from pipeline.run.report import ProgressLine, RunReport, startup
+from pipeline.run.stage_clock import EncoderTotals, StageTable, StageTotals
 
 
 def test_progress_line_is_periodic_and_estimates_the_rest():
@@ -27,3 +30,20 @@ def test_progress_line_says_how_busy_each_stage_is():
     progress = ProgressLine(clock=lambda: 110.0, emit=lines.append, started=100.0, stages=lambda: table)
     progress.update(RunReport("m", "f", {}, inputs=1, skipped=0), 0.5, force=True)
     assert lines[0].endswith("; stages busy: extract 50%, encode 90%; bottleneck encode")
+
+
+def test_startup_lists_the_first_steps_in_the_order_they_came_as_seconds_from_the_start():
+    stages = StageTable()
+    stages.add({"encode": StageTotals(3.0, first=1012.0, last=1015.0), "read": StageTotals(0.1, first=1004.0)})
+    loaded = {"h:1": EncoderTotals(EncodeStats(), (), {}, {}, (1005.0, 1009.5))}
+    never = {"h:2": EncoderTotals(EncodeStats(), (), {}, {}, (math.nan, math.nan))}
+    marks = {"Ray ready": 1002.0, "first part of the listing recorded": 1003.5, "first group committed": None}
+    assert startup(1000.0, marks, stages, {**loaded, **never}) == [
+        ("Ray ready", 2.0),
+        ("first part of the listing recorded", 3.5),
+        ("first read call", 4.0),
+        ("encoder load started", 5.0),
+        ("encoder loaded", 9.5),
+        ("first encode call", 12.0),
+    ]
+    assert startup(1000.0, {"Ray ready": 1001.0}, StageTable(), {}) == [("Ray ready", 1.0)]
