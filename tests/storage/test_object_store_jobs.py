@@ -169,13 +169,17 @@ def test_a_listing_failing_midway_fails_in_one_line_then_the_rerun_completes(sto
     import functools
 
     import pipeline.run.job as job
-    from pipeline.io import listing, retries
+    from pipeline.io import filesystems, listing, object_listing, retries
 
     base, output = "s3://jobs-in/corpus", str(tmp_path / "out")
     proxy = servers.proxies["s3"]
     proxy.reset()
     monkeypatch.setattr(job, "list_pages", functools.partial(listing.list_pages, page_size=3))
+    # Each failing page is still retried by `retrying`; the AWS SDK's own retries of it (backing off up to
+    # 20 s each) would only add minutes. A fresh client cache, so the one-attempt client ends with the test.
     monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.01)
+    monkeypatch.setattr(filesystems, "S3_MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(object_listing, "_s3_client", functools.lru_cache(object_listing._s3_client.__wrapped__))
     check = job._listing_with_documents
 
     def check_then_fail_listings_after_two_more(locations):
