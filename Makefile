@@ -36,10 +36,12 @@ demo: install
 	$(VENV)/bin/docembed search --output $(DEMO_OUT) --query "$(DEMO_QUERY)" --top 3
 
 # Everything: the lint, real Ray jobs, storage servers, notebooks, fault injection. CI runs this.
-# Two workers, each taking whole files (module-scoped Ray clusters and servers stay shared within a file);
-# then the tests marked `alone`, with nothing beside them.
+# Two workers, each taking whole files (module-scoped Ray clusters and servers stay shared within a file)
+# in tests/conftest.py's order, longest first: xdist's default reorder puts files with few tests last, and
+# those are the longest (crash/resume, the fault jobs), so one worker ran them alone at the end.
+# Then the tests marked `alone`, with nothing beside them.
 test: lint
-	$(PY) -m pytest -n 2 --dist loadfile -m "not alone"
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone"
 	$(PY) -m pytest -m alone
 
 # The unit tests: no Ray job, no storage server (under 2 minutes on 2 cores).
