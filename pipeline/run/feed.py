@@ -212,6 +212,12 @@ class BlocksAsYielded(Rule):
             ruleset.add(cls)
 
 
+def read_recorded(source: RecordedInputs) -> ray.data.Dataset:
+    """The job's source: one read task over the record, asking for no CPU, each work block handed on as yielded."""
+    BlocksAsYielded.register()
+    return ray.data.read_datasource(source, override_num_blocks=1, num_cpus=0)
+
+
 class RecordedInputs(Datasource):
     """The record's parts as work blocks (WORK_SCHEMA), in order, as the driver records them.
 

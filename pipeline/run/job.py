@@ -44,7 +44,7 @@ from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
-from pipeline.run.feed import BlocksAsYielded, ListingFailed, ListingFeed, RecordedInputs, Recorder
+from pipeline.run.feed import ListingFailed, ListingFeed, RecordedInputs, Recorder, read_recorded
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
 from pipeline.run.stages import ChunkBlock, extract_block
@@ -86,9 +86,8 @@ class JobGraph:
         cfg, placement, record = self.cfg, self.placement, self.record
         # Small input blocks, never mixing groups, so extraction spreads over workers; a
         # shard is one block that streams out many. The read asks for no CPU (see feed.py).
-        BlocksAsYielded.register()
         return (
-            ray.data.read_datasource(source, override_num_blocks=1, num_cpus=0)
+            read_recorded(source)
             .map_batches(
                 extract_block,
                 fn_kwargs={"fields": self.fields, "extract": self.extract, "record": record},

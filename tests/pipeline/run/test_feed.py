@@ -14,7 +14,7 @@ from ray.data._internal.logical.optimizers import get_physical_ruleset  # privat
 from pipeline.io.shards import UNIT_BYTES, ShardFields
 from pipeline.output import inputs
 from pipeline.output.groups import record_groups, work_blocks
-from pipeline.run.feed import BlocksAsYielded, ListingFeed, RecordedInputs
+from pipeline.run.feed import BlocksAsYielded, ListingFeed, RecordedInputs, read_recorded
 
 from support import listing, text_files
 
@@ -29,9 +29,7 @@ def ray_local():
 
 
 def _source(output: str, feed) -> ray.data.Dataset:
-    BlocksAsYielded.register()
-    source = RecordedInputs(output, feed, frozenset(), ShardFields(), UNIT_BYTES)
-    return ray.data.read_datasource(source, override_num_blocks=1, num_cpus=0)
+    return read_recorded(RecordedInputs(output, feed, frozenset(), ShardFields(), UNIT_BYTES))
 
 
 def test_each_work_block_leaves_the_read_as_a_block_of_its_own_before_the_listing_ends(tmp_path):
