@@ -1,8 +1,10 @@
 """The work's source: the listing, recorded part by part by the driver, read back by the stages as it grows.
 
     driver thread   Recorder        list_pages -> GroupCutter -> _inputs/part-<k> -> ledger.expect -> feed
-    driver's node   ListingFeed     an actor: how many parts are recorded, and whether the listing ended or failed
-    a worker        RecordedInputs  a Ray Data read that waits for each part, reads it, yields its work blocks
+    driver's node   ListingFeed     an actor: how many parts are recorded, whether the listing ended or failed,
+                                    and how many groups the driver has committed
+    a worker        RecordedInputs  a Ray Data read that waits for each part, reads it, yields its work blocks,
+                                    a window of groups ahead of the commits
 
 Why a read that follows the record rather than `ray.data.from_arrow` over
 tables built on the driver: the driver then holds no table, no block and no
@@ -16,6 +18,17 @@ Each work block leaves the read as a Ray Data block of its own, as it is
 yielded (`BlocksAsYielded`): Ray Data would otherwise merge what a read task
 yields up to its target block size (128 MiB), which for a listing is the
 whole corpus, one extraction task and nothing encoded until the listing ends.
+
+The read stays at most `window` groups ahead of the driver's commits. Ray Data
+holds back a stage by the bytes queued in front of the next, and tiny files
+make blocks of a few KiB: without the window the read ran through the whole
+record at once, and the driver held Ray Data's state for every queued block
+(~40 KiB each; 400 blocks queued before the encoder at 32k tiny files). The
+window is sized in encoder calls (`in_flight_groups`) so that the encoder never
+waits for it. A window can never deadlock the job for good: a read that finds
+it full and sees no commit for STALL_SECONDS lets one more group through (a
+stage that batches rows, waiting for rows that a full window keeps back, would
+otherwise wait for ever).
 """
 
 from __future__ import annotations
@@ -52,10 +65,19 @@ PART_ROWS = 1 << 16
 # never wait for a full part.
 FLUSH_SECONDS = 1.0
 STOP_SECONDS = 5.0
+# Encoder calls' worth of rows (at least one per file) the read keeps ahead of the commits.
+IN_FLIGHT_CALLS = 8
+STALL_SECONDS = 30.0
 
 
 def part_rows(k: int) -> int:
     return min(FIRST_PART_ROWS << min(k, 20), PART_ROWS)
+
+
+def in_flight_groups(call_rows: int, actors: int, group_size: int) -> int:
+    """Groups the read keeps ahead of the commits: IN_FLIGHT_CALLS calls of `call_rows` rows on each encoder actor,
+    every file at least one row. Tiny files at 64 a group on one CPU encoder (64-row calls): 8 groups."""
+    return max(2, -(-IN_FLIGHT_CALLS * call_rows * actors // group_size))
 
 
 class ListingFailed(RuntimeError):
@@ -66,10 +88,12 @@ class ListingFailed(RuntimeError):
 class ListingFeed:
     """How far the record has grown: the read waits here instead of polling storage."""
 
-    def __init__(self):
+    def __init__(self, stall_seconds: float = STALL_SECONDS):
+        self.stall_seconds = stall_seconds
         self.parts = 0
         self.ended = False
         self.failure: str | None = None
+        self.committed = 0  # groups done, those a rerun kept included
         self.changed = asyncio.Condition()
 
     async def recorded(self, parts: int) -> None:
@@ -81,6 +105,29 @@ class ListingFeed:
         async with self.changed:
             self.ended, self.failure = True, failure
             self.changed.notify_all()
+
+    async def commit(self, groups: int) -> None:
+        async with self.changed:
+            self.committed = groups
+            self.changed.notify_all()
+
+    async def room(self, started: int, window: int) -> int:
+        """Waits until fewer than `window` of the `started` groups are uncommitted, or until `stall_seconds` pass
+        without a commit; returns the groups committed."""
+        async with self.changed:
+            while started - self.committed >= window:
+                if not await self._next_commit():
+                    break
+        return self.committed
+
+    async def _next_commit(self) -> bool:
+        """Waits (holding the condition) for the next commit: False once `stall_seconds` pass without one."""
+        seen = self.committed
+        try:
+            await asyncio.wait_for(self.changed.wait_for(lambda: self.committed != seen), self.stall_seconds)
+        except TimeoutError:
+            return False
+        return True
 
     async def wait_for(self, k: int) -> bool:
         """True once part `k` is recorded; False when the listing ended before it; ListingFailed if it failed."""
@@ -222,7 +269,8 @@ class RecordedInputs(Datasource):
     """The record's parts as work blocks (WORK_SCHEMA), in order, as the driver records them.
 
     `done`: groups a rerun keeps (their rows are skipped); `unit_bytes`: the
-    driver's `shards.UNIT_BYTES` (tests lower it).
+    driver's `shards.UNIT_BYTES` (tests lower it); `window`: groups the read may
+    keep ahead of the commits that the driver reports to `feed`.
     """
 
     def __init__(
@@ -232,9 +280,10 @@ class RecordedInputs(Datasource):
         done: frozenset[str],
         fields: ShardFields,
         unit_bytes: int,
+        window: int,
     ):
         self.output, self.feed, self.done = output, feed, done
-        self.fields, self.unit_bytes = fields, unit_bytes
+        self.fields, self.unit_bytes, self.window = fields, unit_bytes, window
 
     def get_name(self) -> str:
         return READ_NAME
@@ -248,11 +297,18 @@ class RecordedInputs(Datasource):
 
     def _blocks(self) -> Iterator[pa.Table]:
         done = pa.array(sorted(self.done), pa.string())
-        k = 0
+        # Groups counted as the driver counts its commits: those the rerun kept, then each one started here.
+        started = committed = len(self.done)
+        group, k = None, 0
         while ray.get(self.feed.wait_for.remote(k)):
             part = inputs.read_part(self.output, k)
             todo = part.filter(pc.invert(pc.is_in(part.column("group"), value_set=done)))
-            yield from work_blocks(todo, self._plan)
+            for block in work_blocks(todo, self._plan):
+                if block.column("group")[0].as_py() != group:  # a group's blocks come one after another
+                    if started - committed >= self.window:
+                        committed = ray.get(self.feed.room.remote(started, self.window))
+                    group, started = block.column("group")[0].as_py(), started + 1
+                yield block
             k += 1
 
     def _plan(self, shard: dict) -> ShardPlan | None:

@@ -44,7 +44,7 @@ from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
-from pipeline.run.feed import ListingFailed, ListingFeed, RecordedInputs, Recorder, read_recorded
+from pipeline.run.feed import ListingFailed, ListingFeed, RecordedInputs, Recorder, in_flight_groups, read_recorded
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
 from pipeline.run.stages import ChunkBlock, extract_block
@@ -249,7 +249,8 @@ def _run_on_ray(
     tally = _on_this_node(RunTallyActor, name=tally_name)
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
-    source = RecordedInputs(cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES)
+    window = in_flight_groups(encode_call_rows(placement, cfg.encoder), placement.actors, cfg.group_size)
+    source = RecordedInputs(cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window)
     try:
         if pages is not None or ledger.todo:
             recorder.start()
@@ -306,8 +307,11 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorde
             for summary in summaries:
                 rows = summary.to_pylist()
                 report.add_summaries(rows)
+                done = ledger.done
                 for row in rows:
                     ledger.add(row)
+                if ledger.done != done:  # the read may go on: its window counts commits
+                    recorder.feed.commit.remote(ledger.done)
         except Interrupted:
             summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
             recorder.stop()

@@ -4,6 +4,7 @@ Ray Data block of its own (a real local Ray)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -28,21 +29,25 @@ def ray_local():
     ray.shutdown()
 
 
-def _source(output: str, feed) -> ray.data.Dataset:
-    return read_recorded(RecordedInputs(output, feed, frozenset(), ShardFields(), UNIT_BYTES))
+def _source(output: str, feed, window: int = 1000) -> ray.data.Dataset:
+    return read_recorded(RecordedInputs(output, feed, frozenset(), ShardFields(), UNIT_BYTES, window))
+
+
+def _recorded(tmp_path, files: int, group_size: int) -> list[pa.Table]:
+    """`files` tiny files recorded as part 0 in groups of `group_size`: their work blocks, one per group."""
+    recorded = record_groups(listing(text_files(files)), group_size, "s")
+    for layout_dir in ("_inputs", "_staging"):
+        (tmp_path / layout_dir).mkdir()
+    inputs.write_part(pafs.LocalFileSystem(), str(tmp_path), 0, recorded, 0)
+    return list(work_blocks(recorded))
 
 
 def test_each_work_block_leaves_the_read_as_a_block_of_its_own_before_the_listing_ends(tmp_path):
     """Ray Data merges a read task's yields up to 128 MiB unless BlocksAsYielded turns that off for this read:
     merged, the first block would wait for the listing's end, and one extraction task would get every file."""
-    recorded = record_groups(listing(text_files(40)), 8, "s")
-    for layout_dir in ("_inputs", "_staging"):
-        (tmp_path / layout_dir).mkdir()
-    inputs.write_part(pafs.LocalFileSystem(), str(tmp_path), 0, recorded, 0)
+    expected = _recorded(tmp_path, 40, 8)
     feed = ListingFeed.remote()
     ray.get(feed.recorded.remote(1))
-
-    expected = list(work_blocks(recorded))
     assert len(expected) == 5  # one per group of 8 tiny files
     # The listing ends only once all but the last block reached the driver (its iterator holds one back),
     # or after a minute: merged blocks would wait for the end, and so never arrive before it.
@@ -65,6 +70,38 @@ def test_each_work_block_leaves_the_read_as_a_block_of_its_own_before_the_listin
         b.column("doc_id").to_pylist() for b in expected
     )
     assert before_the_end == len(expected) - 1, "the work blocks waited for the listing's end"
+
+
+def test_the_read_stays_a_window_of_groups_ahead_of_the_commits(tmp_path):
+    """Without the window the read would run through the whole record at once (Ray Data holds stages back by
+    bytes, and tiny files are a few KiB), and the driver would hold Ray Data's state for every queued block."""
+    expected = _recorded(tmp_path, 24, 4)
+    feed = ListingFeed.remote(stall_seconds=600)
+    ray.get([feed.recorded.remote(1), feed.end.remote()])
+    window, arrived, first = 2, [], threading.Event()
+
+    def consume():
+        for block in _source(str(tmp_path), feed, window).iter_batches(batch_size=None):
+            arrived.append(block)
+            first.set()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    assert first.wait(timeout=120)
+    time.sleep(3)  # unbounded, the other groups' blocks would come now
+    assert 1 <= len(arrived) <= window
+    ray.get(feed.commit.remote(len(expected)))
+    consumer.join(timeout=120)
+    assert len(arrived) == len(expected) == 6
+
+
+def test_a_full_window_without_commits_stalls_then_lets_the_next_group_through(tmp_path):
+    """A stage batching rows that a full window keeps back would wait for ever: the read goes on after a stall."""
+    expected = _recorded(tmp_path, 12, 4)
+    feed = ListingFeed.remote(stall_seconds=0.5)
+    ray.get([feed.recorded.remote(1), feed.end.remote()])
+    blocks = list(_source(str(tmp_path), feed, window=1).iter_batches(batch_size=None))
+    assert len(blocks) == len(expected) == 3
 
 
 def test_the_rule_is_registered_once_and_leaves_other_datasets_shaped():
