@@ -116,7 +116,8 @@ def plan_only(entries: int, out: Path) -> dict:
     from pipeline.output.groups import GroupCutter
     from pipeline.output.ledger import Ledger
     from pipeline.output.resume import open_output
-    from pipeline.run.feed import ListingFeed, Recorder
+    from pipeline.run.feed import Recorder
+    from pipeline.run.listing_feed import ListingFeed
 
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,8 +1,8 @@
 """The work's source: the listing, recorded part by part by the driver, read back by the stages as it grows.
 
     driver thread   Recorder        list_pages -> GroupCutter -> _inputs/part-<k> -> ledger.expect -> feed
-    driver's node   ListingFeed     an actor: how many parts are recorded, whether the listing ended or failed,
-                                    and how many groups the driver has committed
+    driver's node   ListingFeed     an actor (`listing_feed`): how many parts are recorded, whether the
+                                    listing ended or failed, and how many groups the driver has committed
     a worker        RecordedInputs  a Ray Data read that waits for each part, reads it, yields its work blocks,
                                     a window of groups ahead of the commits
 
@@ -26,14 +26,13 @@ record at once, and the driver held Ray Data's state for every queued block
 (~40 KiB each; 400 blocks queued before the encoder at 32k tiny files). The
 window is sized in encoder calls (`in_flight_groups`) so that the encoder never
 waits for it. A window can never deadlock the job for good: a read that finds
-it full and sees no commit for STALL_SECONDS lets one more group through (a
+it full and sees no commit for a while (`ListingFeed`) lets one more group through (a
 stage that batches rows, waiting for rows that a full window keeps back, would
 otherwise wait for ever).
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -55,6 +54,7 @@ from pipeline.io.shards import ShardFields, ShardPlan
 from pipeline.output import inputs
 from pipeline.output.groups import GroupCutter, work_blocks
 from pipeline.output.ledger import Ledger
+from pipeline.run.listing_feed import ListingFailed
 from pipeline.schemas import WORK_SCHEMA
 
 # Rows of the first recorded part, doubling per part up to PART_ROWS: the first groups start at once, and a
@@ -67,7 +67,6 @@ FLUSH_SECONDS = 1.0
 STOP_SECONDS = 5.0
 # Encoder calls' worth of rows (at least one per file) the read keeps ahead of the commits.
 IN_FLIGHT_CALLS = 8
-STALL_SECONDS = 30.0
 
 
 def part_rows(k: int) -> int:
@@ -78,66 +77,6 @@ def in_flight_groups(call_rows: int, actors: int, group_size: int) -> int:
     """Groups the read keeps ahead of the commits: IN_FLIGHT_CALLS calls of `call_rows` rows on each encoder actor,
     every file at least one row. Tiny files at 64 a group on one CPU encoder (64-row calls): 8 groups."""
     return max(2, -(-IN_FLIGHT_CALLS * call_rows * actors // group_size))
-
-
-class ListingFailed(RuntimeError):
-    """The driver's listing stopped with an error; the driver reports the error itself."""
-
-
-@ray.remote(num_cpus=0)
-class ListingFeed:
-    """How far the record has grown: the read waits here instead of polling storage."""
-
-    def __init__(self, stall_seconds: float = STALL_SECONDS):
-        self.stall_seconds = stall_seconds
-        self.parts = 0
-        self.ended = False
-        self.failure: str | None = None
-        self.committed = 0  # groups done, those a rerun kept included
-        self.changed = asyncio.Condition()
-
-    async def recorded(self, parts: int) -> None:
-        async with self.changed:
-            self.parts = parts
-            self.changed.notify_all()
-
-    async def end(self, failure: str | None = None) -> None:
-        async with self.changed:
-            self.ended, self.failure = True, failure
-            self.changed.notify_all()
-
-    async def commit(self, groups: int) -> None:
-        async with self.changed:
-            self.committed = groups
-            self.changed.notify_all()
-
-    async def room(self, started: int, window: int) -> int:
-        """Waits until fewer than `window` of the `started` groups are uncommitted, or until `stall_seconds` pass
-        without a commit; returns the groups committed."""
-        async with self.changed:
-            while started - self.committed >= window:
-                if not await self._next_commit():
-                    break
-        return self.committed
-
-    async def _next_commit(self) -> bool:
-        """Waits (holding the condition) for the next commit: False once `stall_seconds` pass without one."""
-        seen = self.committed
-        try:
-            await asyncio.wait_for(self.changed.wait_for(lambda: self.committed != seen), self.stall_seconds)
-        except TimeoutError:
-            return False
-        return True
-
-    async def wait_for(self, k: int) -> bool:
-        """True once part `k` is recorded; False when the listing ended before it; ListingFailed if it failed."""
-        async with self.changed:
-            await self.changed.wait_for(lambda: self.parts > k or self.ended)
-        if self.parts > k:
-            return True
-        if self.failure is not None:
-            raise ListingFailed(self.failure)
-        return False
 
 
 class Recorder:

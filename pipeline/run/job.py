@@ -44,7 +44,8 @@ from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
-from pipeline.run.feed import ListingFailed, ListingFeed, RecordedInputs, Recorder, in_flight_groups, read_recorded
+from pipeline.run.feed import RecordedInputs, Recorder, in_flight_groups, read_recorded
+from pipeline.run.listing_feed import ListingFailed, ListingFeed
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
 from pipeline.run.stages import ChunkBlock, extract_block

@@ -15,7 +15,8 @@ from ray.data._internal.logical.optimizers import get_physical_ruleset  # privat
 from pipeline.io.shards import UNIT_BYTES, ShardFields
 from pipeline.output import inputs
 from pipeline.output.groups import record_groups, work_blocks
-from pipeline.run.feed import BlocksAsYielded, ListingFeed, RecordedInputs, read_recorded
+from pipeline.run.feed import BlocksAsYielded, RecordedInputs, read_recorded
+from pipeline.run.listing_feed import ListingFeed
 
 from support import listing, text_files
 

@@ -37,3 +37,11 @@ def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_listing_feed_loads_neither_ray_data_nor_jax():
+    """The feed's actor process starts with every job beside the stages' own: Ray Data's import would double
+    what it takes to start (`pipeline.run.listing_feed`'s docstring has the figures)."""
+    probe = "import sys, pipeline.run.listing_feed; print(sorted(m for m in sys.modules if m in ('ray.data', 'jax')))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,80 @@
+"""The feed: a small actor on the driver's node through which the driver's listing and the stages' read meet.
+
+It holds how many parts of the listing are recorded, whether the listing ended
+or failed, and how many groups the driver has committed; the read
+(`pipeline.run.feed.RecordedInputs`) waits on it instead of polling storage.
+It lives in a module of its own, importing only Ray, because its process
+starts with every job: the read's module imports Ray Data, which would double
+the time and memory this process takes to start (1.8 s and 177 MB against
+0.6 s and 71 MB to import, on the project's AMD EPYC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import ray
+
+# A read that finds its window full and sees no commit for this long lets one more group through: a stage
+# that batches rows, waiting for rows that a full window keeps back, would otherwise wait for ever.
+STALL_SECONDS = 30.0
+
+
+class ListingFailed(RuntimeError):
+    """The driver's listing stopped with an error; the driver reports the error itself."""
+
+
+@ray.remote(num_cpus=0)
+class ListingFeed:
+    """How far the record has grown: the read waits here instead of polling storage."""
+
+    def __init__(self, stall_seconds: float = STALL_SECONDS):
+        self.stall_seconds = stall_seconds
+        self.parts = 0
+        self.ended = False
+        self.failure: str | None = None
+        self.committed = 0  # groups done, those a rerun kept included
+        self.changed = asyncio.Condition()
+
+    async def recorded(self, parts: int) -> None:
+        async with self.changed:
+            self.parts = parts
+            self.changed.notify_all()
+
+    async def end(self, failure: str | None = None) -> None:
+        async with self.changed:
+            self.ended, self.failure = True, failure
+            self.changed.notify_all()
+
+    async def commit(self, groups: int) -> None:
+        async with self.changed:
+            self.committed = groups
+            self.changed.notify_all()
+
+    async def room(self, started: int, window: int) -> int:
+        """Waits until fewer than `window` of the `started` groups are uncommitted, or until `stall_seconds` pass
+        without a commit; returns the groups committed."""
+        async with self.changed:
+            while started - self.committed >= window:
+                if not await self._next_commit():
+                    break
+        return self.committed
+
+    async def _next_commit(self) -> bool:
+        """Waits (holding the condition) for the next commit: False once `stall_seconds` pass without one."""
+        seen = self.committed
+        try:
+            await asyncio.wait_for(self.changed.wait_for(lambda: self.committed != seen), self.stall_seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_for(self, k: int) -> bool:
+        """True once part `k` is recorded; False when the listing ended before it; ListingFailed if it failed."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.parts > k or self.ended)
+        if self.parts > k:
+            return True
+        if self.failure is not None:
+            raise ListingFailed(self.failure)
+        return False
