@@ -75,7 +75,7 @@ def part_rows(k: int) -> int:
 
 def in_flight_groups(call_rows: int, actors: int, group_size: int) -> int:
     """Groups the read keeps ahead of the commits: IN_FLIGHT_CALLS calls of `call_rows` rows on each encoder actor,
-    every file at least one row. Tiny files at 64 a group on one CPU encoder (64-row calls): 8 groups."""
+    every file at least one row. Tiny files at 64 a group, one 2-core CPU encoder (128-row calls): 16 groups."""
     return max(2, -(-IN_FLIGHT_CALLS * call_rows * actors // group_size))
 
 
