@@ -26,9 +26,9 @@ record at once, and the driver held Ray Data's state for every queued block
 (~40 KiB each; 400 blocks queued before the encoder at 32k tiny files). The
 window is sized in encoder calls (`in_flight_groups`) so that the encoder never
 waits for it. A window can never deadlock the job for good: a read that finds
-it full and sees no commit for a while (`ListingFeed`) lets one more group through (a
-stage that batches rows, waiting for rows that a full window keeps back, would
-otherwise wait for ever).
+it full and sees no commit for a while (`ListingFeed.room`) lets one more group
+through (a stage that batches rows, waiting for rows that a full window keeps
+back, would otherwise wait for ever).
 """
 
 from __future__ import annotations
@@ -243,10 +243,11 @@ class RecordedInputs(Datasource):
             part = inputs.read_part(self.output, k)
             todo = part.filter(pc.invert(pc.is_in(part.column("group"), value_set=done)))
             for block in work_blocks(todo, self._plan):
-                if block.column("group")[0].as_py() != group:  # a group's blocks come one after another
+                block_group = block.column("group")[0].as_py()
+                if block_group != group:  # a group's blocks come one after another
                     if started - committed >= self.window:
                         committed = ray.get(self.feed.room.remote(started, self.window))
-                    group, started = block.column("group")[0].as_py(), started + 1
+                    group, started = block_group, started + 1
                 yield block
             k += 1
 
