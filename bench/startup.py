@@ -66,16 +66,16 @@ def main() -> None:
         jobs = {(name, tree): [] for name in corpora for tree in trees}
         walls = {tree: [] for tree in trees}
         for r in range(args.rounds):
-            for name, corpus in corpora.items():
+            for c, (name, corpus) in enumerate(corpora.items()):
                 for i, tree in enumerate(trees):
-                    jobs[name, tree].append(real_run(corpus, tmp / f"out-{r}-{i}-{len(jobs[name, tree])}", tree))
+                    jobs[name, tree].append(real_run(corpus, tmp / f"out-{r}-{c}-{i}", tree))
             for tree in trees if args.tests else ():
                 walls[tree].append(test_wall(tree, args.tests))
             print(f"round {r + 1} done", flush=True)
     for name in corpora:
         before, after = (medians(jobs[name, tree]) for tree in trees)
         print(f"\n{name}, medians of {args.rounds} rounds: step | before | after | after/before")
-        steps = sorted(set(before) | set(after) - {"wall_s", "driver_mb"}, key=lambda s: after.get(s, before.get(s)))
+        steps = sorted((set(before) | set(after)) - {"wall_s", "driver_mb"}, key=lambda s: after.get(s, before.get(s)))
         for step in [*steps, "wall_s", "driver_mb"]:
             b, a = before.get(step), after.get(step)
             ratio = f"{a / b:.2f}" if a and b else "-"
