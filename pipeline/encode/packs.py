@@ -10,9 +10,9 @@ packs: pack k of a block holds the consecutive chunk rows whose first token lies
 in [k * window, (k + 1) * window) of the block's tokens. A block's packs hold a
 window of tokens each on average, its last one the rest; none holds more than
 two windows (a chunk is at most one), and error rows (no tokens) ride in the
-pack where they stand. An encoder call of N packs
-is then about N windows of tokens, whatever the documents' lengths, and the
-encoder packs them into rows itself (`pipeline.encode.batching`).
+pack where they stand. An encoder call of N packs is then about N windows of
+tokens, whatever the documents' lengths, and the encoder packs them into rows
+itself (`pipeline.encode.batching`).
 
 A pack holds rows of one chunk-stage call only, so at most that call's documents.
 Plain Arrow, no JAX: the chunk stage's processes pack.

@@ -62,10 +62,11 @@ class EncodeBlock:
 
     def __call__(self, packs: pa.Table) -> pa.Table:
         self.calls += 1
+        chunks = unpack(packs)
         if self.profile_dir is None or self.calls > self.PROFILED_CALLS:
-            return self._encode(unpack(packs))
+            return self._encode(chunks)
         with jax.profiler.trace(self.profile_dir):
-            return self._encode(unpack(packs))
+            return self._encode(chunks)
 
     def _encode(self, batch: pa.Table) -> pa.Table:
         ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
