@@ -84,8 +84,11 @@ def main() -> None:
             rows.append(
                 (job_wall, span, alone, report.padding_efficiency, max(map(len, report.compiled_shapes.values())))
             )
+            docs = report.docs_ok + report.docs_failed
             print(
                 f"round {round_ + 1}: job {job_wall:.1f} s wall, encoder span {span:.1f} s (busy {busy:.1f} s); "
+                f"{docs / job_wall:.1f} docs/s over the wall, {docs / span:.1f} over the span; "
+                f"padding {report.padding_efficiency:.1%}; first group {report.first_group_seconds:.1f} s; "
                 f"encoder alone {alone:.1f} s; "
                 f"job/alone {alone / job_wall:.2f}x over the wall, {alone / span:.2f}x over the span; "
                 f"{report.stages.line(report.wall_seconds)}"

@@ -3,7 +3,8 @@
     INPUTS_SCHEMA    the recorded listing: each input and its group -> _inputs/ (pipeline.output.inputs)
     WORK_SCHEMA      the recorded inputs in blocks, by group      -> extract_block
     DOC_SCHEMA       a document's pages                           -> ChunkBlock
-    CHUNK_SCHEMA     a chunk's text and token ids                 -> EncodeBlock
+    CHUNK_SCHEMA     a chunk's text and token ids                 -> packed by ChunkBlock as
+    PACK_SCHEMA      chunk rows of about one window of tokens     -> EncodeBlock (pipeline.encode.packs)
     embedded_schema  a chunk's embedding, token ids dropped       -> write_block
     SUMMARY_SCHEMA   one row per group a writer call committed    -> the driver's ledger
 
@@ -66,6 +67,7 @@ CHUNK_FIELDS = [
 # writer can tell when all of a group's rows have been written.
 TRACKING_FIELDS = GROUP_FIELDS + [pa.field("doc_chunks", pa.int32())]
 CHUNK_SCHEMA = pa.schema(CHUNK_FIELDS + [pa.field("token_ids", pa.list_(pa.int32()))] + ERROR_FIELDS + TRACKING_FIELDS)
+PACK_SCHEMA = pa.schema([pa.field("chunks", pa.list_(pa.struct(CHUNK_SCHEMA)))])
 
 
 def embedded_schema(dim: int) -> pa.Schema:

@@ -1,4 +1,4 @@
-"""The encode stage's per-block work: chunk rows in, the same rows with their embeddings out.
+"""The encode stage's per-block work: packs of chunk rows in, the chunk rows with their embeddings out.
 
 Ray Data runs it in the encoder actors (see `pipeline.run.job`), which own their
 node's accelerator or cores; like the CPU stages (`pipeline.run.stages`) it knows
@@ -16,13 +16,17 @@ from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import EncoderConfig
+from pipeline.encode.packs import unpack
 from pipeline.errors import ConfigError
 from pipeline.run.stage_clock import EncoderCall, Record, StageClock
 from pipeline.schemas import embedded_schema, rows_digest
 
 
 class EncodeBlock:
-    """Chunk rows -> the same rows with an `embedding`, token ids dropped. Owns this process's devices."""
+    """Packs [p rows] -> their chunk rows [n rows] with an `embedding`, token ids dropped. Owns this process's devices.
+
+    Packs (`pipeline.encode.packs`) make a call of p rows about p windows of tokens, however short the chunks.
+    """
 
     # Batches traced with --profile: the first compiles, the rest show steady state.
     PROFILED_CALLS = 3
@@ -58,14 +62,15 @@ class EncodeBlock:
         self.calls = 0
         self.loaded = (load_started, time.time())
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    def __call__(self, packs: pa.Table) -> pa.Table:
         self.calls += 1
+        chunks = unpack(packs)
         if self.profile_dir is None or self.calls > self.PROFILED_CALLS:
-            return self._encode(batch)
+            return self._encode(chunks)
         import jax  # loaded by the encoder already
 
         with jax.profiler.trace(self.profile_dir):
-            return self._encode(batch)
+            return self._encode(chunks)
 
     def _encode(self, batch: pa.Table) -> pa.Table:
         ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)

@@ -65,18 +65,20 @@ PART_ROWS = 1 << 16
 # never wait for a full part.
 FLUSH_SECONDS = 1.0
 STOP_SECONDS = 5.0
-# Encoder calls' worth of rows (at least one per file) the read keeps ahead of the commits.
-IN_FLIGHT_CALLS = 8
+# Encoder calls' worth of files the read keeps ahead of the commits: the call being encoded, the next one
+# ready behind it, and one filling.
+IN_FLIGHT_CALLS = 3
 
 
 def part_rows(k: int) -> int:
     return min(FIRST_PART_ROWS << min(k, 20), PART_ROWS)
 
 
-def in_flight_groups(call_rows: int, actors: int, group_size: int) -> int:
-    """Groups the read keeps ahead of the commits: IN_FLIGHT_CALLS calls of `call_rows` rows on each encoder actor,
-    every file at least one row. Tiny files at 64 a group, one 2-core CPU encoder (128-row calls): 16 groups."""
-    return max(2, -(-IN_FLIGHT_CALLS * call_rows * actors // group_size))
+def in_flight_groups(call_files: int, actors: int, group_size: int) -> int:
+    """Groups the read keeps ahead of the commits: IN_FLIGHT_CALLS calls on each encoder actor of `call_files`,
+    the most files an encoder call may hold. Tiny files at 64 a group, one 2-core CPU encoder (calls of 128
+    packs of at most 16 files): 96 groups."""
+    return max(2, -(-IN_FLIGHT_CALLS * call_files * actors // group_size))
 
 
 class Recorder:

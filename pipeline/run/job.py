@@ -65,7 +65,8 @@ ENCODE_CALL_BATCHES = 16
 
 
 def encode_call_rows(placement: EncoderPlacement, encoder: EncoderConfig) -> int:
-    """Chunk rows per encoder call: ENCODE_CALL_BATCHES batches at full length on the actor's devices."""
+    """Packs per encoder call: ENCODE_CALL_BATCHES batches at full length on the actor's devices, as a pack
+    is about one window of tokens (pipeline.encode.packs), whatever the chunks' lengths."""
     per_device = encoder.batch_size or DEFAULT_BATCH_SIZE[placement.kind]
     return ENCODE_CALL_BATCHES * per_device * placement.devices_per_actor
 
@@ -98,7 +99,7 @@ class JobGraph:
             )
             .map_batches(
                 ChunkBlock,
-                fn_constructor_args=(cfg.model, self.chunking, record),
+                fn_constructor_args=(cfg.model, self.chunking, record, True),  # in packs, as EncodeBlock takes them
                 batch_size=CHUNK_BATCH,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
@@ -250,7 +251,8 @@ def _run_on_ray(
     tally = _on_this_node(RunTallyActor, name=tally_name)
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
-    window = in_flight_groups(encode_call_rows(placement, cfg.encoder), placement.actors, cfg.group_size)
+    # A pack holds the chunks of one chunk-stage call, so at most CHUNK_BATCH files.
+    window = in_flight_groups(encode_call_rows(placement, cfg.encoder) * CHUNK_BATCH, placement.actors, cfg.group_size)
     source = RecordedInputs(cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window)
     try:
         if pages is not None or ledger.todo:

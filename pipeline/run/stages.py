@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from pipeline.encode.model_location import local_dir
+from pipeline.encode.packs import pack
 from pipeline.errors import DocumentError, SandboxError
 from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
@@ -146,13 +147,20 @@ def _timed_reads(docs: Iterator[dict], clock: StageClock) -> Iterator[dict]:
 
 
 class ChunkBlock:
-    """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once."""
+    """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once.
 
-    def __init__(self, model: str | None, chunking: ChunkingConfig, record: Record | None = None):
+    `in_packs`: the rows handed on are packs of about one window of tokens (`pipeline.encode.packs`), what
+    the job's encoder takes; otherwise one row per chunk, for callers that read the chunks themselves.
+    """
+
+    def __init__(
+        self, model: str | None, chunking: ChunkingConfig, record: Record | None = None, in_packs: bool = False
+    ):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
         self.tokenizer = Tokenizer(local_dir(model) / "tokenizer.json", prompt=chunking.prompt)
         self.chunking = chunking
         self.clock = StageClock(record)
+        self.in_packs = in_packs
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
@@ -170,7 +178,8 @@ class ChunkBlock:
             n = None if is_error(chunks[0]) else len(chunks)
             rows.extend({**chunk, **group, "doc_chunks": n} for chunk in chunks)
         self.clock.send()
-        return pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
+        chunks = pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
+        return pack(chunks, self.chunking.max_tokens) if self.in_packs else chunks
 
     def _chunks(self, doc: dict) -> list[dict]:
         with self.clock.timing("tokenise") as counts:

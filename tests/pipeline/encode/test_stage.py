@@ -1,12 +1,18 @@
-"""The encode stage runs the dtype the job's driver recorded in the output's fingerprint, or none."""
+"""The encode stage: packs in, one embedded row per chunk out, in the dtype the job's driver recorded."""
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import kernels.compute_dtype as dtype_dispatch
 from pipeline.encode import encoder_config
 from pipeline.encode.encoder_config import EncoderConfig
+from pipeline.encode.packs import unpack
 from pipeline.encode.stage import EncodeBlock
 from pipeline.errors import ConfigError
+from pipeline.run.stages import ChunkBlock
+from pipeline.schemas import DOC_SCHEMA, error_row, rows_digest
+from pipeline.text.chunking import ChunkingConfig
 
 
 def test_an_encoder_whose_cpu_would_not_run_the_drivers_bfloat16_refuses_to_start(monkeypatch):
@@ -21,3 +27,28 @@ def test_an_encoder_whose_cpu_would_not_run_the_drivers_bfloat16_refuses_to_star
 def test_an_encoder_runs_the_drivers_float32_on_any_cpu(monkeypatch):
     monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset({"avx512_bf16", "amx_bf16"}))
     assert EncodeBlock(None, EncoderConfig(dtype="float32")).encoder.dtype == "float32"
+
+
+def test_a_call_of_packs_embeds_each_chunk_once_errors_null_and_pads_little():
+    """128 packs of 17-token notes, as the job hands a call (`encode_call_rows` on a 2-core CPU): one row out
+    per chunk, null embeddings on error rows, and the notes fill the encoder's rows, where 128 chunk rows of
+    the same notes were one full batch and a padded tail (BENCHMARKS.md: 84.6% of tokens real)."""
+    notes = [
+        {"doc_id": f"n{i}", "kind": "text", "pages": [f"Note {i}: a short note about item {i}."]} for i in range(2048)
+    ]
+    failed = error_row({"doc_id": "broken.pdf", "kind": "pdf", "pages": None}, "extract", "CorruptPDF", "bad xref")
+    docs = pa.Table.from_pylist(notes[:1000] + [failed] + notes[1000:], schema=DOC_SCHEMA)
+    chunker = ChunkBlock(None, ChunkingConfig(max_tokens=256, overlap=32), in_packs=True)
+    packs = pa.concat_tables(chunker(docs.slice(lo, 16)) for lo in range(0, docs.num_rows, 16))
+    calls = []
+    out = EncodeBlock(None, EncoderConfig(), record=calls.append)(packs)
+
+    assert out.column("doc_id").to_pylist() == docs.column("doc_id").to_pylist()
+    errors = pc.is_valid(out.column("error_type")).to_pylist()
+    assert errors.index(True) == 1000 and sum(errors) == 1
+    assert out.column("embedding").null_count == 1 and out.column("embedding")[1000].as_py() is None
+    (call,) = calls
+    stats = call.encoder.stats
+    assert stats.real_tokens == sum(len(t) for t in unpack(packs).column("token_ids").to_pylist())
+    assert stats.real_tokens / stats.computed_tokens >= 0.97
+    assert call.call == rows_digest(unpack(packs))

@@ -1,0 +1,43 @@
+"""Chunk rows handed to the encoder in packs of about one window of tokens, so that a count of rows counts tokens.
+
+    chunks [n rows, CHUNK_SCHEMA] -> pack -> packs [p rows, PACK_SCHEMA] -> unpack -> the same chunks, in order
+
+Ray Data sizes a stage's calls in rows (`map_batches`' batch_size), while what an
+encoder call costs, and how much of it is padding, goes by tokens: a call of 128
+chunk rows is 128 windows of a PDF's full chunks, but of 17-token notes it is 9
+packed rows, one full batch and a padded tail. So the chunk stage hands on
+packs: pack k of a block holds the consecutive chunk rows whose first token lies
+in [k * window, (k + 1) * window) of the block's tokens. A block's packs hold a
+window of tokens each on average, its last one the rest; none holds more than
+two windows (a chunk is at most one), and error rows (no tokens) ride in the
+pack where they stand. An encoder call of N packs is then about N windows of
+tokens, whatever the documents' lengths, and the encoder packs them into rows
+itself (`pipeline.encode.batching`).
+
+A pack holds rows of one chunk-stage call only, so at most that call's documents.
+Plain Arrow, no JAX: the chunk stage's processes pack.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.schemas import PACK_SCHEMA
+
+
+def pack(chunks: pa.Table, window: int) -> pa.Table:
+    """Chunk rows [n] -> packs [p] of about `window` tokens each (p = 0 when n = 0)."""
+    lengths_N = pc.list_value_length(chunks.column("token_ids")).fill_null(0).to_numpy()
+    starts_N = np.cumsum(lengths_N) - lengths_N
+    pack_of_N = starts_N // window
+    firsts = np.flatnonzero(np.diff(pack_of_N, prepend=-1))
+    offsets = np.append(firsts, len(chunks)).astype(np.int32)
+    members = chunks.combine_chunks().to_struct_array().combine_chunks()
+    return pa.Table.from_arrays([pa.ListArray.from_arrays(offsets, members)], schema=PACK_SCHEMA)
+
+
+def unpack(packs: pa.Table) -> pa.Table:
+    """Packs [p] -> their chunk rows [n], in the order they were packed."""
+    return pa.Table.from_struct_array(packs.column("chunks").combine_chunks().flatten())

@@ -1,0 +1,82 @@
+"""Packs of about one window of tokens: what the chunk stage hands the encoder, over the bundled tokenizer."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pipeline.encode.packs import pack, unpack
+from pipeline.run.stages import ChunkBlock
+from pipeline.schemas import CHUNK_SCHEMA, DOC_SCHEMA, PACK_SCHEMA, error_row
+from pipeline.text.chunking import ChunkingConfig
+
+from support import SAMPLES
+
+WINDOW = 64
+
+
+def _notes(n: int) -> list[dict]:
+    """The tiny files of bench/scale.py: one ~17-token note each."""
+    return [
+        {"doc_id": f"n{i}", "kind": "text", "pages": [f"Note {i}: a short document about item {i * 7 % 1013}."]}
+        for i in range(n)
+    ]
+
+
+def _documents() -> list[dict]:
+    """Notes, long texts of many windows, a failed document and one that yields no tokens, mixed."""
+    texts = [{"doc_id": p.name, "kind": "text", "pages": [p.read_text()]} for p in sorted((SAMPLES / "text").iterdir())]
+    failed = error_row({"doc_id": "broken.pdf", "kind": "pdf", "pages": None}, "extract", "CorruptPDF", "bad xref")
+    empty = {"doc_id": "empty.txt", "kind": "text", "pages": [""]}
+    return _notes(5) + texts[:2] + [failed] + _notes(7) + [empty] + texts[2:] + _notes(3)
+
+
+def _chunk(docs: list[dict], in_packs: bool) -> pa.Table:
+    block = ChunkBlock(None, ChunkingConfig(max_tokens=WINDOW, overlap=8), in_packs=in_packs)
+    return block(pa.Table.from_pylist(docs, schema=DOC_SCHEMA))
+
+
+def _pack_tokens(packs: pa.Table) -> list[int]:
+    return [sum(len(c["token_ids"]) for c in chunks) for chunks in packs.column("chunks").to_pylist()]
+
+
+def test_packs_unpack_to_the_chunk_stages_rows_in_order_error_rows_included():
+    docs = _documents()
+    chunks, packs = _chunk(docs, in_packs=False), _chunk(docs, in_packs=True)
+    assert packs.schema == PACK_SCHEMA
+    assert unpack(packs).equals(chunks)
+    assert {"CorruptPDF", "NoTokens"} <= set(unpack(packs).column("error_type").to_pylist())
+
+
+def test_a_block_of_packs_holds_a_window_of_tokens_each_on_average_none_more_than_two():
+    packs = _chunk(_documents(), in_packs=True)
+    tokens = _pack_tokens(packs)
+    assert len(tokens) > 10
+    assert sum(tokens[:-1]) >= WINDOW * (len(tokens) - 1)
+    assert max(tokens) <= 2 * WINDOW
+
+
+def test_tiny_notes_share_a_pack_and_full_windows_take_one_each():
+    """A call of N packs is about N windows of tokens: 17-token notes fill a pack by the handful, where each
+    full window of a long text is about one pack of its own."""
+    notes = _chunk(_notes(16), in_packs=True)
+    tokens = sum(_pack_tokens(notes))
+    assert notes.num_rows == pytest.approx(tokens / WINDOW, abs=1) and unpack(notes).num_rows == 16
+    text = min((SAMPLES / "text").iterdir())
+    long_text = [{"doc_id": text.name, "kind": "text", "pages": [text.read_text()]}]
+    windows = _chunk(long_text, in_packs=False).num_rows
+    assert windows >= 4
+    assert _chunk(long_text, in_packs=True).num_rows == pytest.approx(windows, abs=windows // 4 + 1)
+
+
+def test_packs_from_several_blocks_unpack_as_one_call():
+    """Ray Data hands an encoder call the packs of several chunk-stage calls, and may cut a block's packs."""
+    first, second = _chunk(_notes(40), in_packs=True), _chunk(_documents(), in_packs=True)
+    call = pa.concat_tables([first.slice(1), second.slice(0, 3)])
+    expected = pa.concat_tables([unpack(first.slice(1)), unpack(second.slice(0, 3))])
+    assert unpack(call).equals(expected)
+
+
+def test_no_chunks_make_no_packs():
+    packs = pack(pa.Table.from_pylist([], schema=CHUNK_SCHEMA), WINDOW)
+    assert packs.num_rows == 0 and unpack(packs).equals(pa.Table.from_pylist([], schema=CHUNK_SCHEMA))
