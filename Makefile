@@ -71,9 +71,17 @@ $(FASTEMBED_VENV)/.installed:
 	$(FASTEMBED_VENV)/bin/python -m pip --disable-pip-version-check -q install fastembed==0.9.1
 	touch $@
 
+# Daft's document-embedding script, the peer of bench/daft_peer.py, with what it imports: a venv of its own.
+DAFT_VENV := .venv-daft
+$(DAFT_VENV)/.installed:
+	$(PYTHON) -m venv $(DAFT_VENV)
+	$(DAFT_VENV)/bin/python -m pip --disable-pip-version-check -q install daft==0.7.26 pymupdf==2.0 \
+		langchain-text-splitters==1.1.3 sentence-transformers==6.3.0 torch==2.13.0
+	touch $@
+
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder peers xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline storage listing faults shards
-bench: $(BENCH_VENV)/.installed $(FASTEMBED_VENV)/.installed
+BENCHMARKS := attention encoder peers xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline daft_peer storage listing faults shards
+bench: $(BENCH_VENV)/.installed $(FASTEMBED_VENV)/.installed $(DAFT_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 
 # On a GPU or TPU host: a venv with the matching JAX extra, tests/kernels, bench/attention.py and
@@ -83,7 +91,7 @@ bench-accel:
 
 bench-list:
 	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done
-	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, xla_flags, extract, chunking, retrieval, pipeline)"
+	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), the Daft venv (daft_peer), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, xla_flags, extract, chunking, retrieval, pipeline, daft_peer)"
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(FASTEMBED_VENV) out .pytest_cache
