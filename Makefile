@@ -94,4 +94,4 @@ bench-list:
 	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), the Daft venv (daft_peer), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, xla_flags, extract, chunking, retrieval, pipeline, daft_peer)"
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(FASTEMBED_VENV) out .pytest_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(FASTEMBED_VENV) $(DAFT_VENV) out .pytest_cache

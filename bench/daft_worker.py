@@ -8,7 +8,7 @@ pages, LangChain's RecursiveCharacterTextSplitter (2,048 characters, 200
 overlap) per page, sentence-transformers in a Daft class in batches of 10, no
 `torch.compile`, Parquet out. It runs on Daft's local runner, as a user on one
 machine would run it, and reads a directory rather than an S3 metadata table.
-Prints one JSON line: documents, pages, chunks and the seconds the pipeline took.
+Prints one JSON line: documents, chunks and the seconds the pipeline took.
 """
 
 from __future__ import annotations

@@ -202,6 +202,14 @@ def assert_no_secrets(secrets: list[str], blobs: Iterable[tuple[str, bytes]]) ->
     return searched
 
 
+def tiny_notes(n: int) -> list[dict]:
+    """Document rows (DOC_SCHEMA) of the tiny files of bench/scale.py: one ~17-token note each."""
+    return [
+        {"doc_id": f"n{i}", "kind": "text", "pages": [f"Note {i}: a short document about item {i * 7 % 1013}."]}
+        for i in range(n)
+    ]
+
+
 def execute_notebook(path: Path):
     """Runs a notebook top to bottom where Jupyter would (in its folder); returns it with its outputs.
 

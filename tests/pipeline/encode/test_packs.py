@@ -10,17 +10,9 @@ from pipeline.run.stages import ChunkBlock
 from pipeline.schemas import CHUNK_SCHEMA, DOC_SCHEMA, PACK_SCHEMA, error_row
 from pipeline.text.chunking import ChunkingConfig
 
-from support import SAMPLES
+from support import SAMPLES, tiny_notes
 
 WINDOW = 64
-
-
-def _notes(n: int) -> list[dict]:
-    """The tiny files of bench/scale.py: one ~17-token note each."""
-    return [
-        {"doc_id": f"n{i}", "kind": "text", "pages": [f"Note {i}: a short document about item {i * 7 % 1013}."]}
-        for i in range(n)
-    ]
 
 
 def _documents() -> list[dict]:
@@ -28,7 +20,7 @@ def _documents() -> list[dict]:
     texts = [{"doc_id": p.name, "kind": "text", "pages": [p.read_text()]} for p in sorted((SAMPLES / "text").iterdir())]
     failed = error_row({"doc_id": "broken.pdf", "kind": "pdf", "pages": None}, "extract", "CorruptPDF", "bad xref")
     empty = {"doc_id": "empty.txt", "kind": "text", "pages": [""]}
-    return _notes(5) + texts[:2] + [failed] + _notes(7) + [empty] + texts[2:] + _notes(3)
+    return tiny_notes(5) + texts[:2] + [failed] + tiny_notes(7) + [empty] + texts[2:] + tiny_notes(3)
 
 
 def _chunk(docs: list[dict], in_packs: bool) -> pa.Table:
@@ -59,7 +51,7 @@ def test_a_block_of_packs_holds_a_window_of_tokens_each_on_average_none_more_tha
 def test_tiny_notes_share_a_pack_and_full_windows_take_one_each():
     """A call of N packs is about N windows of tokens: 17-token notes fill a pack by the handful, where each
     full window of a long text is about one pack of its own."""
-    notes = _chunk(_notes(16), in_packs=True)
+    notes = _chunk(tiny_notes(16), in_packs=True)
     tokens = sum(_pack_tokens(notes))
     assert notes.num_rows == pytest.approx(tokens / WINDOW, abs=1) and unpack(notes).num_rows == 16
     text = min((SAMPLES / "text").iterdir())
@@ -71,7 +63,7 @@ def test_tiny_notes_share_a_pack_and_full_windows_take_one_each():
 
 def test_packs_from_several_blocks_unpack_as_one_call():
     """Ray Data hands an encoder call the packs of several chunk-stage calls, and may cut a block's packs."""
-    first, second = _chunk(_notes(40), in_packs=True), _chunk(_documents(), in_packs=True)
+    first, second = _chunk(tiny_notes(40), in_packs=True), _chunk(_documents(), in_packs=True)
     call = pa.concat_tables([first.slice(1), second.slice(0, 3)])
     expected = pa.concat_tables([unpack(first.slice(1)), unpack(second.slice(0, 3))])
     assert unpack(call).equals(expected)

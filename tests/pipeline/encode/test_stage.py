@@ -14,6 +14,8 @@ from pipeline.run.stages import ChunkBlock
 from pipeline.schemas import DOC_SCHEMA, error_row, rows_digest
 from pipeline.text.chunking import ChunkingConfig
 
+from support import tiny_notes
+
 
 def test_an_encoder_whose_cpu_would_not_run_the_drivers_bfloat16_refuses_to_start(monkeypatch):
     """The driver's CPU had bfloat16 dot instructions and chose bfloat16; this node's CPU has none (its
@@ -33,9 +35,7 @@ def test_a_call_of_packs_embeds_each_chunk_once_errors_null_and_pads_little():
     """128 packs of 17-token notes, as the job hands a call (`encode_call_rows` on a 2-core CPU): one row out
     per chunk, null embeddings on error rows, and the notes fill the encoder's rows, where 128 chunk rows of
     the same notes were one full batch and a padded tail (BENCHMARKS.md: 84.6% of tokens real)."""
-    notes = [
-        {"doc_id": f"n{i}", "kind": "text", "pages": [f"Note {i}: a short note about item {i}."]} for i in range(2048)
-    ]
+    notes = tiny_notes(2048)
     failed = error_row({"doc_id": "broken.pdf", "kind": "pdf", "pages": None}, "extract", "CorruptPDF", "bad xref")
     docs = pa.Table.from_pylist(notes[:1000] + [failed] + notes[1000:], schema=DOC_SCHEMA)
     chunker = ChunkBlock(None, ChunkingConfig(max_tokens=256, overlap=32), in_packs=True)
