@@ -1,15 +1,15 @@
 """Scale: the driver's and Ray head's memory, wall, docs/s and time to the first committed group, against corpus size.
 
-    .venv/bin/python bench/scale.py [--files 1000,4000,16000] [--pdf-files 0] [--plan-entries 10000000]
+    .venv/bin/python bench/scale.py [--files 1000,4000,16000] [--pdf-files 1000,10000] [--plan-entries 10000000]
 
 Real runs: `docembed embed --quiet` in a process of its own (with its private
 local Ray) on N tiny `.txt` files (~100 bytes, 1,000 per directory), and on
-the 31 real PDFs of ../shared/corpus copied to `--pdf-files` files. Every 0.2 s
+the 31 real PDFs of ../shared/corpus hard-linked to each of `--pdf-files` sizes. Every 0.2 s
 the driver's RSS and that of Ray's head processes (gcs_server, raylet,
 dashboard and its agents, log monitor: what a head node holds for the job) are
 sampled from /proc; workers are not the head's. Time to the first group and
 docs/s come from `_SUCCESS`. The per-file slopes are least-squares fits of peak
-RSS against files, extrapolated to 10M.
+RSS against files, per kind of corpus, extrapolated to 10M.
 
 The planning-only run drives the job's own listing path (GroupCutter, the
 recorded parts under `_inputs/`, the ledger's per-group account and the feed
@@ -54,7 +54,7 @@ def tiny_corpus(root: Path, files: int) -> Path:
 
 
 def pdf_corpus(root: Path, files: int) -> Path:
-    pdfs = sorted(CORPUS.glob("*.pdf"))
+    pdfs = sorted(CORPUS.rglob("*.pdf"))
     for i in range(files):
         d = root / f"d{i // PER_DIR:05d}"
         d.mkdir(parents=True, exist_ok=True)
@@ -157,42 +157,51 @@ def slope_kib(xs: list[int], ys: list[float]) -> tuple[float, float]:
     return slope * 1024, intercept
 
 
+def row(kind: str, n: int, r: dict) -> str:
+    return (
+        f"| {kind} | {n:,} | {r['driver_mb']:.0f} MB | {r['head_mb']:.0f} MB | {r['wall_s']:.0f} s | "
+        f"{r['docs_per_s']:.1f} | {r['first_group_s']:.1f} s |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--files", default="1000,4000,16000")
-    ap.add_argument("--pdf-files", type=int, default=0, help="the 31 real PDFs hard-linked to this many files")
+    ap.add_argument("--files", default="1000,4000,16000", help="tiny .txt corpus sizes, comma-separated")
+    ap.add_argument("--pdf-files", default="", help="sizes of the 31 real PDFs hard-linked to that many files")
     ap.add_argument("--plan-entries", type=int, default=10_000_000)
     args = ap.parse_args()
     print(f"# bench/scale.py on {cpu_description()}, {time.strftime('%Y-%m-%d')}")
+    # Each row is printed as its run ends: a run of 10k PDFs takes hours on 2 cores.
+    print("\n| corpus | files | driver peak RSS | head peak RSS | wall | docs/s | first group |")
+    print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
 
-    rows = []
+    runs: dict[str, list[tuple[int, dict]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        sizes = [int(n) for n in args.files.split(",") if n]
-        for n in sizes:
-            corpus = tiny_corpus(tmp / f"tiny{n}", n)
-            rows.append(("tiny .txt", n, real_run(corpus, tmp / f"out{n}")))
-            shutil.rmtree(corpus)
-        if args.pdf_files:
-            corpus = pdf_corpus(tmp / "pdfs", args.pdf_files)
-            rows.append(("real PDFs (31, linked)", args.pdf_files, real_run(corpus, tmp / "outpdf")))
-        print("\n| corpus | files | driver peak RSS | head peak RSS | wall | docs/s | first group |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
-        for kind, n, r in rows:
-            print(
-                f"| {kind} | {n:,} | {r['driver_mb']:.0f} MB | {r['head_mb']:.0f} MB | {r['wall_s']:.0f} s | "
-                f"{r['docs_per_s']:.0f} | {r['first_group_s']:.1f} s |"
-            )
+        for kind, make, sizes in (
+            ("tiny .txt", tiny_corpus, args.files),
+            ("real PDFs (31, linked)", pdf_corpus, args.pdf_files),
+        ):
+            for n in (int(n) for n in sizes.split(",") if n):
+                corpus = make(tmp / f"in{n}", n)
+                r = real_run(corpus, tmp / f"out{n}")
+                shutil.rmtree(corpus)
+                shutil.rmtree(tmp / f"out{n}")
+                runs.setdefault(kind, []).append((n, r))
+                print(row(kind, n, r), flush=True)
+
         print("\nstart-up, seconds from the driver's start (`startup_seconds` in _SUCCESS):")
-        for kind, n, r in rows:
-            print(f"- {kind}, {n:,} files: " + ", ".join(f"{step} {t:.1f}" for step, t in r["startup"]))
-        tiny = [(n, r) for kind, n, r in rows if kind == "tiny .txt"]
-        if len(tiny) >= 2:
-            xs = [n for n, _ in tiny]
+        for kind, done in runs.items():
+            for n, r in done:
+                print(f"- {kind}, {n:,} files: " + ", ".join(f"{step} {t:.1f}" for step, t in r["startup"]))
+        for kind, done in runs.items():
+            if len(done) < 2:
+                continue
+            xs = [n for n, _ in done]
             for name in ("driver_mb", "head_mb"):
-                kib, at0 = slope_kib(xs, [r[name] for _, r in tiny])
+                kib, at0 = slope_kib(xs, [r[name] for _, r in done])
                 print(
-                    f"\n{name}: {kib:.3f} KiB per file (fit), {at0:.0f} MB at 0 files; at 10M files: "
+                    f"\n{kind}, {name}: {kib:.3f} KiB per file (fit), {at0:.0f} MB at 0 files; at 10M files: "
                     f"{at0 + kib * 10_000_000 / 1024:.0f} MB"
                 )
         if args.plan_entries:
