@@ -70,11 +70,14 @@ def _is_head(proc: psutil.Process) -> bool:
     return any(name in cmd for name in HEAD) and "ray::" not in cmd and "default_worker" not in cmd
 
 
-def real_run(corpus: Path, out: Path) -> dict:
-    """One job, sampled: peak RSS of the driver and of Ray's head processes, wall, and _SUCCESS's figures."""
-    cmd = [str(REPO / ".venv" / "bin" / "docembed"), "embed", "--input", str(corpus), "--output", str(out), "--quiet"]
+def real_run(corpus: Path, out: Path, tree: Path = REPO) -> dict:
+    """One job, sampled: peak RSS of the driver and of Ray's head processes, wall, and _SUCCESS's figures.
+
+    `tree`: the checkout whose code runs (`jobs/embed.py`, this interpreter; its workers inherit PYTHONPATH)."""
+    cmd = [sys.executable, str(tree / "jobs" / "embed.py"), "--input", str(corpus), "--output", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     driver = psutil.Process(proc.pid)
     peak_driver = peak_head = 0
     while proc.poll() is None:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+# Names, not JAX dtypes (`jnp.dtype(name)` is one): the job's driver chooses without importing JAX.
+DTYPES = ("float32", "bfloat16")
 
 # CPU feature flags of bfloat16 dot-product instructions, as Linux names them in
 # /proc/cpuinfo: x86's AVX-512 BF16 (vdpbf16ps) and AMX tiles, Arm's BF16
@@ -30,7 +29,7 @@ CPUINFO = "/proc/cpuinfo"
 @dataclasses.dataclass(frozen=True)
 class DtypeChoice:
     requested: str
-    dtype: str  # what runs: a key of DTYPES
+    dtype: str  # what runs: one of DTYPES
     reason: str  # one line saying why
 
     @property

@@ -15,7 +15,6 @@ because `jax.make_mesh` puts neighbouring devices along the last axis.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,31 +22,12 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-MESH_AXES = ("data", "model")
+from kernels.sharding_rules import MESH_AXES, ShardingRules
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardingRules:
-    """Logical axis -> the mesh axis it is split over; a logical axis not named here is replicated."""
-
-    batch: str | None = "data"
-    heads: str | None = "model"
-    mlp: str | None = "model"
-
-    def __post_init__(self):
-        for logical, axis in self._table().items():
-            if axis is not None and axis not in MESH_AXES:
-                raise ValueError(f"sharding rule {logical}={axis!r}: mesh axes are {MESH_AXES}")
-
-    def _table(self) -> dict[str, str | None]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def mesh_axis(self, logical: str) -> str | None:
-        return self._table().get(logical)
-
-    def spec(self, logical: P) -> P:
-        """P of logical names -> P of mesh axes, e.g. P('batch', 'seq') -> P('data', None)."""
-        return P(*(self.mesh_axis(name) for name in logical))
+def spec(rules: ShardingRules, logical: P) -> P:
+    """P of logical names -> P of mesh axes, e.g. P('batch', 'seq') -> P('data', None)."""
+    return P(*(rules.mesh_axis(name) for name in logical))
 
 
 def make_mesh(shape: dict[str, int], devices: Sequence[jax.Device]) -> Mesh:
@@ -69,7 +49,7 @@ def axis_size(mesh: Mesh, rules: ShardingRules, logical: str) -> int:
 
 def named_shardings(axes: Any, rules: ShardingRules, mesh: Mesh) -> Any:
     """A pytree of logical P -> the same pytree of NamedSharding, for `jax.device_put`."""
-    return jax.tree.map(lambda logical: NamedSharding(mesh, rules.spec(logical)), axes)
+    return jax.tree.map(lambda logical: NamedSharding(mesh, spec(rules, logical)), axes)
 
 
 def check_divisible(arrays: Any, axes: Any, rules: ShardingRules, mesh: Mesh) -> None:
@@ -115,5 +95,5 @@ def shard_map(fn: Callable, mesh: Mesh, rules: ShardingRules, *, in_axes: Any, o
     really are replicated over the mesh axes their specs leave out, the
     sharded-vs-unsharded tests check on numbers instead.
     """
-    to_mesh = lambda tree: jax.tree.map(rules.spec, tree)  # noqa: E731
+    to_mesh = lambda tree: jax.tree.map(lambda logical: spec(rules, logical), tree)  # noqa: E731
     return jax.shard_map(fn, mesh=mesh, in_specs=to_mesh(in_axes), out_specs=to_mesh(out_axes), check_vma=False)

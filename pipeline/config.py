@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 

@@ -23,7 +23,7 @@ import yaml
 from kernels.compute_dtype import DTYPES
 from pipeline.config import CapacityConfig, JobConfig, Resources
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
-from pipeline.encode.encoder import EncoderConfig, parse_mesh
+from pipeline.encode.encoder_config import EncoderConfig, parse_mesh
 from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS

@@ -352,3 +352,9 @@ def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
         ]
         + [page] * pages
     )
+
+
+def loaded_modules(modules: str, condition: str) -> str:
+    """The modules a fresh interpreter holds, after importing `modules`, for which `condition` on `m` holds."""
+    probe = f"import sys, {modules}; print(sorted(m for m in sys.modules if {condition}))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()

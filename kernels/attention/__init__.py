@@ -11,7 +11,23 @@ interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn
 for tests.
 """
 
-from kernels.attention._dispatch import IMPLS, attention, available_impls, runs_on
-from kernels.attention._platform import tpu_interpret_mode
+import importlib
+
+from kernels.attention._impls import IMPLS, runs_on
+
+# Imported on first use (PEP 562): the names and platforms above are all a job's driver needs, and JAX
+# would cost it seconds of start-up and a hundred MB.
+_LAZY = {
+    "attention": "kernels.attention._dispatch",
+    "available_impls": "kernels.attention._dispatch",
+    "tpu_interpret_mode": "kernels.attention._platform",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["IMPLS", "attention", "available_impls", "runs_on", "tpu_interpret_mode"]

@@ -15,6 +15,7 @@ import numpy as np
 
 from kernels.attention import _platform
 from kernels.attention._blockwise import blockwise_attention
+from kernels.attention._impls import IMPLS, PLATFORMS, runs_on
 from kernels.attention._jax_shipped import cudnn_attention, tpu_flash_attention, tpu_splash_attention
 from kernels.attention._pallas import pallas_attention
 from kernels.attention._reference import reference_attention
@@ -99,30 +100,21 @@ class _Impl:
         return self.limits(problem)
 
 
-_IMPLS: dict[str, _Impl] = {
-    "reference": _Impl(reference_attention, None),
-    "blockwise": _Impl(blockwise_attention, None),
-    # On CPU in Pallas interpret mode: an emulator for tests, so `auto` never
-    # picks it there.
-    "pallas": _Impl(pallas_attention, frozenset({"cpu", "gpu", "tpu"}), _pallas_limits),
-    "tpu_flash": _Impl(tpu_flash_attention, frozenset({"tpu"}), _tpu_flash_limits),
-    "tpu_splash": _Impl(tpu_splash_attention, frozenset({"tpu"}), _tpu_kernel_limits),
-    "cudnn": _Impl(cudnn_attention, frozenset({"gpu"}), _cudnn_limits),
+_FNS_AND_LIMITS: dict[str, tuple[Callable[..., jax.Array], Callable[[Problem], str | None]]] = {
+    "reference": (reference_attention, _no_limits),
+    "blockwise": (blockwise_attention, _no_limits),
+    "pallas": (pallas_attention, _pallas_limits),
+    "tpu_flash": (tpu_flash_attention, _tpu_flash_limits),
+    "tpu_splash": (tpu_splash_attention, _tpu_kernel_limits),
+    "cudnn": (cudnn_attention, _cudnn_limits),
 }
-IMPLS = tuple(_IMPLS)
+_IMPLS: dict[str, _Impl] = {name: _Impl(fn, PLATFORMS[name], limits) for name, (fn, limits) in _FNS_AND_LIMITS.items()}
 
 
 def available_impls() -> list[str]:
     """Implementations that can run on the current default backend (any dtype/shape limits aside)."""
     platform = _platform.platform()
-    return [name for name in _IMPLS if runs_on(name, platform)]
-
-
-def runs_on(impl: str, platform: str) -> bool:
-    """Whether `impl` ("auto" or a name in IMPLS) can run on `platform` ("cpu", "gpu", "tpu"),
-    dtype and shape limits aside: for a caller that knows where it will run before it traces."""
-    platforms = None if impl == "auto" else _IMPLS[impl].platforms
-    return platforms is None or platform in platforms
+    return [name for name in IMPLS if runs_on(name, platform)]
 
 
 def _auto_candidates(problem: Problem) -> list[str]:

@@ -17,6 +17,7 @@ config.json's `model_type`, or, without one, from `architectures`.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
@@ -24,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from kernels.encoders import bert, gte, modernbert, nomic_bert, xlm_roberta
-from kernels.encoders._blocks import (
+from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
+from kernels.encoders._config import (
     CheckpointMismatch,
     LayerKind,
     ModelConfig,
@@ -32,15 +34,22 @@ from kernels.encoders._blocks import (
     Rope,
     UnsupportedModel,
     WindowTooLong,
-    cast_params,
     check_window,
-    forward,
-    init_params,
-    logical,
-    param_axes,
 )
-from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
-from kernels.encoders._pooling import POOLING_MODES, normalize, pool
+
+# Imported on first use (PEP 562): reading and checking a model, above, is all a job's driver does, and JAX
+# would cost it seconds of start-up and a hundred MB.
+_LAZY = {
+    **dict.fromkeys(("cast_params", "forward", "init_params", "logical", "param_axes"), "kernels.encoders._blocks"),
+    **dict.fromkeys(("POOLING_MODES", "normalize", "pool"), "kernels.encoders._pooling"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, xlm_roberta, modernbert, nomic_bert, gte)}
 # config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.

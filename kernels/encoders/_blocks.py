@@ -1,4 +1,4 @@
-"""What the encoder families share: one config, one parameter layout, one forward pass.
+"""What the encoder families share: one parameter layout, one forward pass over the config of `_config`.
 
 Shape letters used in names and docstrings:
   B batch, T tokens (sequence), D hidden, N heads, H head_dim, F MLP hidden,
@@ -32,7 +32,7 @@ psum.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -41,9 +41,9 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from kernels.attention import attention
-from kernels.sharding import ShardingRules, sum_shards
-
-Params = dict[str, Any]
+from kernels.encoders._config import ACTIVATIONS, LayerKind, ModelConfig, Params
+from kernels.sharding import sum_shards
+from kernels.sharding_rules import ShardingRules
 
 AXES = {
     "B": "batch",
@@ -57,138 +57,6 @@ AXES = {
     "P": "positions",
     "S": "slots",  # the sequences packed into a row, pooled one per slot
 }
-
-ACTIVATIONS = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-    "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
-}
-
-
-class UnsupportedModel(ValueError):
-    """config.json describes a model (family, option or layout) that no encoder here implements."""
-
-
-class CheckpointMismatch(ValueError):
-    """The weights lack a tensor the config calls for, or hold one of another shape."""
-
-
-class WindowTooLong(ValueError):
-    """More tokens per sequence than the model's positions cover."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Rope:
-    """Rotary position embedding, rotate-half convention (GPT-NeoX, Hugging Face `rotate_half`).
-
-    `ntk_factor`: GTE's fixed NTK scaling (`rope_scaling: {"type": "ntk"}`):
-    theta times the factor, every frequency divided by factor^(2/H); with
-    `ntk_mixed_b`, theta unchanged and frequency i divided by
-    exp(log(factor) (i + 1)^b / (H/2)^b). As in Alibaba-NLP's `NTKScalingRotaryEmbedding`.
-    """
-
-    theta: float
-    ntk_factor: float | None = None
-    ntk_mixed_b: float | None = None
-
-    def inv_freq(self, head_dim: int) -> np.ndarray:
-        """[K] float32, computed as torch does in float32 so long positions land on the same angles."""
-        f32 = np.float32
-        exponents = np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)
-        if self.ntk_factor is None:
-            return (f32(1.0) / f32(self.theta) ** exponents).astype(f32)
-        if self.ntk_mixed_b is None:
-            inv = f32(1.0) / f32(self.theta * self.ntk_factor) ** exponents
-            return (inv / f32(self.ntk_factor ** (2 / head_dim))).astype(f32)
-        a = np.log(f32(self.ntk_factor)) / f32((head_dim / 2) ** self.ntk_mixed_b)
-        lambdas = np.exp(a * np.arange(1, head_dim // 2 + 1, dtype=f32) ** f32(self.ntk_mixed_b))
-        return (f32(1.0) / f32(self.theta) ** exponents / lambdas).astype(f32)
-
-
-@dataclasses.dataclass(frozen=True)
-class LayerKind:
-    """How one layer attends. window: None (global) or w, a query at t sees keys at |t - s| <= w.
-    rope: None where the family adds learned position embeddings instead."""
-
-    window: int | None = None
-    rope: Rope | None = None
-
-
-ALL_BIASES = frozenset({"qkv", "out", "mlp_in", "mlp_out", "norm"})
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """One encoder's architecture, read from its config.json by its family's `config_from_hf`."""
-
-    family: str
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    head_dim: int
-    intermediate_size: int
-    max_tokens: int  # the longest sequence the model's positions cover
-    norm_eps: float
-    activation: str
-    gated_mlp: bool  # activation(gate) * up, else activation(up)
-    # "post": BERT's x = norm(x + block(x)). "pre": ModernBERT's x = x + block(norm(x)),
-    # without a norm before layer 0's attention (its embeddings are normed) and with a final norm.
-    norm: str
-    layer_kinds: tuple[LayerKind, ...]  # one per layer
-    position_offset: int = 0  # learned positions: table row of position 0 (XLM-RoBERTa: padding_idx + 1)
-    type_vocab_size: int = 0  # token type embeddings (type 0 is added) when > 0
-    # Which modules have biases: "qkv", "out" (attention), "mlp_in", "mlp_out", "norm".
-    biases: frozenset[str] = ALL_BIASES
-
-    def __post_init__(self):
-        if self.activation not in ACTIVATIONS:
-            raise UnsupportedModel(
-                f"{self.family}: unsupported activation (hidden_act) {self.activation!r}; "
-                f"known: {', '.join(sorted(ACTIVATIONS))}"
-            )
-        if self.norm not in ("post", "pre"):
-            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
-        if len(self.layer_kinds) != self.num_layers:
-            raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
-        for kind in self.layer_kinds:
-            if kind.window is not None and kind.window >= self.max_tokens:
-                raise UnsupportedModel(
-                    f"{self.family}: sliding window {kind.window} is not shorter "
-                    f"than the model's {self.max_tokens} positions"
-                )
-
-    @property
-    def kinds(self) -> tuple[LayerKind, ...]:
-        """The distinct layer kinds, in order of first use."""
-        return tuple(dict.fromkeys(self.layer_kinds))
-
-
-def bert_dims(config: dict, family: str) -> dict[str, int]:
-    """The sizes under the names BERT's config.json gives them (most families keep them), as ModelConfig fields.
-    head_dim: given explicitly, or hidden_size / heads, which must divide."""
-    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-    if not config.get("head_dim") and hidden % heads:
-        raise UnsupportedModel(f"{family}: hidden_size {hidden} is not divisible by {heads} heads")
-    return {
-        "vocab_size": int(config["vocab_size"]),
-        "hidden_size": hidden,
-        "num_layers": int(config["num_hidden_layers"]),
-        "num_heads": heads,
-        "head_dim": int(config.get("head_dim") or hidden // heads),
-        "intermediate_size": int(config["intermediate_size"]),
-    }
-
-
-def check_window(cfg: ModelConfig, n_tokens: int) -> None:
-    """Raises WindowTooLong if sequences of `n_tokens` tokens exceed the model's positions."""
-    if n_tokens > cfg.max_tokens:
-        raise WindowTooLong(
-            f"a window of {n_tokens} tokens is longer than this {cfg.family} model's {cfg.max_tokens} positions"
-        )
 
 
 def logical(letters: str) -> P:
@@ -264,7 +132,8 @@ def embed(emb: Params, ids_BT, positions_BT, cfg: ModelConfig):
 
 def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None):
     """Plain or gated MLP. F is split over `model`: the down-projection is a partial sum until psummed."""
-    act = ACTIVATIONS[cfg.activation]
+    name, kwargs = ACTIVATIONS[cfg.activation]
+    act = functools.partial(getattr(jax.nn, name), **kwargs)
     up_BTF = _plus(jnp.einsum("BTD,DF->BTF", x_BTD, layer["up_LDF"]), layer.get("up_bias_LF"))
     if cfg.gated_mlp:
         gate_BTF = _plus(jnp.einsum("BTD,DF->BTF", x_BTD, layer["gate_LDF"]), layer.get("gate_bias_LF"))

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from kernels.encoders._blocks import CheckpointMismatch, ModelConfig
+from kernels.encoders._config import CheckpointMismatch, ModelConfig
 
 
 class Checkpoint:

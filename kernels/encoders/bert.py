@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.encoders._blocks import LayerKind, ModelConfig, Params, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint
+from kernels.encoders._config import LayerKind, ModelConfig, Params, UnsupportedModel, bert_dims
 
 FAMILY = "bert"
 ANCHOR = "embeddings.word_embeddings.weight"

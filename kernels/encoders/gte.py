@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.encoders._blocks import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint
+from kernels.encoders._config import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 
 FAMILY = "gte"
 ANCHOR = "embeddings.word_embeddings.weight"

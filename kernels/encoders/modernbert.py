@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.encoders._blocks import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 from kernels.encoders._checkpoint import Checkpoint
+from kernels.encoders._config import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
 
 FAMILY = "modernbert"
 ANCHOR = "embeddings.tok_embeddings.weight"

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernels.encoders import bert
-from kernels.encoders._blocks import ModelConfig
+from kernels.encoders._config import ModelConfig
 
 FAMILY = "xlm-roberta"
 ANCHOR = bert.ANCHOR

@@ -22,8 +22,6 @@ import math
 import os
 import re
 
-import jax
-
 log = logging.getLogger("docembed")
 
 # At most this many devices by default. Each device holds its own copy of the
@@ -60,7 +58,14 @@ def cpu_device_count(cpus: float | None = None, environ=os.environ) -> int:
 def use_cpu_devices(count: int | None = None) -> None:
     """Asks JAX for `count` CPU devices (default `cpu_device_count()`), unless the user chose a count,
     JAX may run on an accelerator here, or its backend has already started (then what it has is kept)."""
-    if forced_cpu_devices() is not None or jax.config.jax_num_cpu_devices >= 0 or _accelerator_possible():
+    import jax  # here, in the encoder's process: the driver counts devices (`cpu_device_count`) without JAX
+
+    config = jax.config
+    if (
+        forced_cpu_devices() is not None
+        or config.jax_num_cpu_devices >= 0
+        or _accelerator_possible(config.jax_platforms)
+    ):
         return
     count = cpu_device_count() if count is None else count
     try:
@@ -69,10 +74,9 @@ def use_cpu_devices(count: int | None = None) -> None:
         log.debug("docembed: JAX has started with %d CPU device(s); %d not applied", jax.local_device_count(), count)
 
 
-def _accelerator_possible() -> bool:
-    """Whether JAX may pick a GPU or TPU in this process: JAX_PLATFORMS names one first, or, with no
-    platform named, a PJRT plugin (CUDA, ROCm) or libtpu is installed. Such a process is left alone."""
-    platforms = jax.config.jax_platforms
+def _accelerator_possible(platforms: str | None) -> bool:
+    """Whether JAX may pick a GPU or TPU in this process: `platforms` (JAX's jax_platforms) names one first,
+    or, with no platform named, a PJRT plugin (CUDA, ROCm) or libtpu is installed. Such a process is left alone."""
     if platforms:
         return platforms.split(",")[0] != "cpu"
     return bool(importlib.metadata.entry_points(group="jax_plugins")) or importlib.util.find_spec("libtpu") is not None

@@ -17,7 +17,7 @@ import math
 
 from kernels.attention import IMPLS, runs_on
 from pipeline.encode.cpu_devices import cpu_device_count
-from pipeline.encode.encoder import EncoderConfig, mesh_shape
+from pipeline.encode.encoder_config import EncoderConfig, mesh_shape
 from pipeline.errors import ConfigError
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")

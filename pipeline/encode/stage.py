@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import time
 
-import jax
 import pyarrow as pa
 
 from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import compilation_cache_counts, enable_compilation_cache
 from pipeline.encode.cpu_devices import use_cpu_devices
-from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.packs import unpack
 from pipeline.errors import ConfigError
 from pipeline.run.stage_clock import EncoderCall, Record, StageClock
@@ -43,6 +42,9 @@ class EncodeBlock:
     ):
         """`cpu_devices`: on a CPU encoder actor, the devices the driver placed it with
         (`EncoderPlacement.devices_per_actor`); None elsewhere."""
+        # JAX is imported here, in the encoder's process: the driver names this class and never loads JAX.
+        from pipeline.encode.encoder import Encoder
+
         load_started = time.time()
         enable_compilation_cache(compile_cache)
         if cpu_devices is not None:
@@ -65,6 +67,8 @@ class EncodeBlock:
         chunks = unpack(packs)
         if self.profile_dir is None or self.calls > self.PROFILED_CALLS:
             return self._encode(chunks)
+        import jax  # loaded by the encoder already
+
         with jax.profiler.trace(self.profile_dir):
             return self._encode(chunks)
 

@@ -125,9 +125,11 @@ class Recorder:
     def _run(self) -> None:
         failure = None
         try:
-            ray.get(self.feed.recorded.remote(self.record.parts))
+            # Not waited for yet: the feed's process starts while the first part is listed and written.
+            told = self.feed.recorded.remote(self.record.parts)
             if self.pages is not None:
                 self._list()
+            ray.get(told)  # before `end`, which the read must never see first
         except BaseException as e:  # the driver raises it; the read must stop waiting
             self.error, failure = e, f"{type(e).__name__}: {e}"
         if not self._stop.is_set():  # a stopping driver kills the feed itself

@@ -27,7 +27,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from pipeline import kinds
 from pipeline.config import JobConfig
 from pipeline.encode import model_dir
-from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
+from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
 from pipeline.errors import InputError, StorageError

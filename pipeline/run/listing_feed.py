@@ -37,8 +37,9 @@ class ListingFeed:
         self.changed = asyncio.Condition()
 
     async def recorded(self, parts: int) -> None:
+        """`parts` are recorded. Counts only grow: an async actor may run one caller's calls out of order."""
         async with self.changed:
-            self.parts = parts
+            self.parts = max(self.parts, parts)
             self.changed.notify_all()
 
     async def end(self, failure: str | None = None) -> None:

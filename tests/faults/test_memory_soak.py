@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.results import read_report
 
 import scenarios

@@ -4,7 +4,7 @@ import re
 import subprocess
 import sys
 
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.io.shards import ShardFields
 from pipeline.run.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
 from pipeline.text.chunking import ChunkingConfig

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.encode.encoder import EncoderConfig, parse_mesh
+from pipeline.encode.encoder_config import EncoderConfig, parse_mesh
 from pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

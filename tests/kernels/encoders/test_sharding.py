@@ -28,7 +28,8 @@ def measure_on_8_devices() -> dict:
 
     from kernels import encoders, sharding
     from pipeline.encode import model_dir
-    from pipeline.encode.encoder import Encoder, EncoderConfig, parse_mesh
+    from pipeline.encode.encoder import Encoder
+    from pipeline.encode.encoder_config import EncoderConfig, parse_mesh
     from pipeline.errors import ConfigError
     from pipeline.text.tokenizer import Tokenizer
 

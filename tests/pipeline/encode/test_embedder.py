@@ -13,8 +13,8 @@ import pytest
 import kernels.compute_dtype as dtype_dispatch
 from kernels.attention import available_impls
 from pipeline import Embedder
-from pipeline.encode import encoder as encoder_module
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode import encoder_config
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "st_reference.npz"
@@ -49,7 +49,7 @@ def cpu_flags(monkeypatch):
     """Pretends this CPU's feature flags. A CPU with bfloat16 dot instructions cannot be had here (an AMD
     EPYC Zen 3: AVX2, no AVX-512, no AMX), so its flags are pretended; what then runs is real: the bfloat16
     program, as XLA compiles it for this CPU."""
-    monkeypatch.setattr(encoder_module, "_warned", set())
+    monkeypatch.setattr(encoder_config, "_warned", set())
     return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
 
 

@@ -9,7 +9,7 @@ import pytest
 import ray
 
 from pipeline import JobConfig, run_job
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, check_encoders, place_encoders
 from pipeline.errors import ConfigError
 from pipeline.results import read_report

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline import Embedder
 from pipeline.encode import model_dir
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig, chunk_document

@@ -5,8 +5,8 @@ import pyarrow.compute as pc
 import pytest
 
 import kernels.compute_dtype as dtype_dispatch
-from pipeline.encode import encoder as encoder_module
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode import encoder_config
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.packs import unpack
 from pipeline.encode.stage import EncodeBlock
 from pipeline.errors import ConfigError
@@ -21,7 +21,7 @@ def test_an_encoder_whose_cpu_would_not_run_the_drivers_bfloat16_refuses_to_star
     """The driver's CPU had bfloat16 dot instructions and chose bfloat16; this node's CPU has none (its
     flags are given, so that the test holds on any CPU)."""
     monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
-    monkeypatch.setattr(encoder_module, "_warned", set())
+    monkeypatch.setattr(encoder_config, "_warned", set())
     with pytest.raises(ConfigError, match="this encoder's node runs float32 where the job's driver chose bfloat16"):
         EncodeBlock(None, EncoderConfig(dtype="bfloat16"))
 

@@ -1,4 +1,6 @@
 import re
+import subprocess
+import sys
 import unicodedata
 
 import numpy as np
@@ -28,6 +30,13 @@ def test_auto_takes_pdfium_and_explicit_names_must_exist():
     assert resolve_extractor("pypdf") == "pypdf"
     with pytest.raises(ConfigError, match="unknown --pdf-extractor 'mupdf'"):
         resolve_extractor("mupdf")
+
+
+def test_auto_loads_no_extractor_past_the_one_it_takes():
+    """The driver resolves 'auto' at every job's start: pypdf's import would cost it time for nothing."""
+    probe = "import sys; from pipeline.extract import resolve_extractor; resolve_extractor('auto'); print(sys.modules)"
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert "'pypdfium2'" in loaded and "'pypdf'" not in loaded
 
 
 @extractors

@@ -7,9 +7,8 @@ anything is written. A CPU with bfloat16 dot instructions cannot be had here
 import pytest
 
 import kernels.compute_dtype as dtype_dispatch
-from pipeline.encode import encoder as encoder_module
-from pipeline.encode import model_dir
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode import encoder_config, model_dir
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig
 
@@ -23,7 +22,7 @@ def spec():
 
 @pytest.fixture
 def cpu_flags(monkeypatch):
-    monkeypatch.setattr(encoder_module, "_warned", set())
+    monkeypatch.setattr(encoder_config, "_warned", set())
     return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
 
 

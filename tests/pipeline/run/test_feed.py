@@ -105,6 +105,14 @@ def test_a_full_window_without_commits_stalls_then_lets_the_next_group_through(t
     assert len(blocks) == len(expected) == 3
 
 
+def test_the_feeds_count_of_recorded_parts_only_grows():
+    """The recorder tells the feed what a stopped run had recorded without waiting for it (the feed's process
+    may still be starting), then each new part: an async actor may run those calls out of order."""
+    feed = ListingFeed.remote()
+    ray.get([feed.recorded.remote(3), feed.recorded.remote(1)])
+    assert ray.get(feed.wait_for.remote(2), timeout=60)
+
+
 def test_the_rule_is_registered_once_and_leaves_other_datasets_shaped():
     BlocksAsYielded.register()
     BlocksAsYielded.register()

@@ -16,7 +16,7 @@ import ray
 
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
-from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
+from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import place_encoders
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
@@ -30,6 +30,7 @@ from support import (
     deeply_nested_pdf,
     encrypt,
     form_fanout_pdf,
+    loaded_modules,
     page_tree_loop_pdf,
     text_pdf,
 )
@@ -39,6 +40,13 @@ LONG_TEXT = "\n\n".join(
     f"so a sentence cut at one window's edge is whole in the next. This is paragraph number {i}."
     for i in range(60)
 )
+
+
+def test_the_driver_never_loads_jax():
+    """The driver runs no JAX: its config, the encoders' placement and the encoder actors' class are plain
+    Python there, and JAX's import would cost every job's start seconds of CPU and ~100 MB on the driver
+    (BENCHMARKS.md, "Start-up without JAX on the driver"). The encoder actors load it themselves."""
+    assert loaded_modules("pipeline.cli.embed, pipeline.run.job", "m.split('.')[0] == 'jax'") == "[]"
 
 
 @pytest.fixture(scope="module")
@@ -344,7 +352,7 @@ RESTART_ARGS_PROBE = """
 import sys
 import ray
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
-from pipeline.encode.encoder import DEFAULT_BATCH_SIZE, EncoderConfig
+from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.stage import EncodeBlock
 from pipeline.run.stages import ChunkBlock
 from pipeline.run.tally import RunTallyActor, SendToTally

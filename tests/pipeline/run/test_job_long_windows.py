@@ -20,7 +20,7 @@ from safetensors.numpy import load_file, save_file
 
 from jobs.search import main as search_main
 from pipeline import Embedder, JobConfig, run_job
-from pipeline.encode.encoder import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.results import embedding_matrix, read_report, read_table
 from pipeline.text.tokenizer import Tokenizer
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pyarrow as pa
 
 from pipeline.output.groups import record_groups, work_blocks
 from pipeline.run.stages import extract_block
 
-from support import listing
+from support import listing, loaded_modules
 
 
 def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_path, monkeypatch):
@@ -31,16 +29,10 @@ def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
     """Their processes (Ray Data's CPU-stage actors, the writers, the run's tally) run beside the encoder on
     the same cores: importing JAX would cost each a second of CPU and a hundred MB for nothing. Each of them
     also unpickles the stages' `record`, and so imports the module that defines it."""
-    assert _loaded("pipeline.run.stages, pipeline.output.sink, pipeline.run.tally", "'jax' in m") == "[]"
+    assert loaded_modules("pipeline.run.stages, pipeline.output.sink, pipeline.run.tally", "'jax' in m") == "[]"
 
 
 def test_the_listing_feed_loads_neither_ray_data_nor_jax():
     """The feed's actor process starts with every job beside the stages' own: Ray Data's import would triple
     what it takes to start (`pipeline.run.listing_feed`'s docstring has the figures)."""
-    assert _loaded("pipeline.run.listing_feed", "m in ('ray.data', 'jax')") == "[]"
-
-
-def _loaded(modules: str, condition: str) -> str:
-    """The modules a fresh interpreter holds, after importing `modules`, for which `condition` on `m` holds."""
-    probe = f"import sys, {modules}; print(sorted(m for m in sys.modules if {condition}))"
-    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded_modules("pipeline.run.listing_feed", "m in ('ray.data', 'jax')") == "[]"

@@ -1,0 +1,148 @@
+"""An encoder's architecture as its config.json gives it: plain data and checks, without JAX.
+
+The job's driver reads and checks a model's config (and its weights' shapes)
+before any encoder starts, and never imports JAX; `_blocks` runs what this
+describes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+Params = dict[str, Any]
+
+# config.json's hidden_act -> the jax.nn function and its arguments.
+ACTIVATIONS: dict[str, tuple[str, dict[str, bool]]] = {
+    "gelu": ("gelu", {"approximate": False}),
+    "gelu_new": ("gelu", {"approximate": True}),
+    "gelu_pytorch_tanh": ("gelu", {"approximate": True}),
+    "relu": ("relu", {}),
+    "silu": ("silu", {}),
+    "swish": ("silu", {}),
+}
+
+
+class UnsupportedModel(ValueError):
+    """config.json describes a model (family, option or layout) that no encoder here implements."""
+
+
+class CheckpointMismatch(ValueError):
+    """The weights lack a tensor the config calls for, or hold one of another shape."""
+
+
+class WindowTooLong(ValueError):
+    """More tokens per sequence than the model's positions cover."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope:
+    """Rotary position embedding, rotate-half convention (GPT-NeoX, Hugging Face `rotate_half`).
+
+    `ntk_factor`: GTE's fixed NTK scaling (`rope_scaling: {"type": "ntk"}`):
+    theta times the factor, every frequency divided by factor^(2/H); with
+    `ntk_mixed_b`, theta unchanged and frequency i divided by
+    exp(log(factor) (i + 1)^b / (H/2)^b). As in Alibaba-NLP's `NTKScalingRotaryEmbedding`.
+    """
+
+    theta: float
+    ntk_factor: float | None = None
+    ntk_mixed_b: float | None = None
+
+    def inv_freq(self, head_dim: int) -> np.ndarray:
+        """[K] float32, computed as torch does in float32 so long positions land on the same angles."""
+        f32 = np.float32
+        exponents = np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)
+        if self.ntk_factor is None:
+            return (f32(1.0) / f32(self.theta) ** exponents).astype(f32)
+        if self.ntk_mixed_b is None:
+            inv = f32(1.0) / f32(self.theta * self.ntk_factor) ** exponents
+            return (inv / f32(self.ntk_factor ** (2 / head_dim))).astype(f32)
+        a = np.log(f32(self.ntk_factor)) / f32((head_dim / 2) ** self.ntk_mixed_b)
+        lambdas = np.exp(a * np.arange(1, head_dim // 2 + 1, dtype=f32) ** f32(self.ntk_mixed_b))
+        return (f32(1.0) / f32(self.theta) ** exponents / lambdas).astype(f32)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerKind:
+    """How one layer attends. window: None (global) or w, a query at t sees keys at |t - s| <= w.
+    rope: None where the family adds learned position embeddings instead."""
+
+    window: int | None = None
+    rope: Rope | None = None
+
+
+ALL_BIASES = frozenset({"qkv", "out", "mlp_in", "mlp_out", "norm"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """One encoder's architecture, read from its config.json by its family's `config_from_hf`."""
+
+    family: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    intermediate_size: int
+    max_tokens: int  # the longest sequence the model's positions cover
+    norm_eps: float
+    activation: str
+    gated_mlp: bool  # activation(gate) * up, else activation(up)
+    # "post": BERT's x = norm(x + block(x)). "pre": ModernBERT's x = x + block(norm(x)),
+    # without a norm before layer 0's attention (its embeddings are normed) and with a final norm.
+    norm: str
+    layer_kinds: tuple[LayerKind, ...]  # one per layer
+    position_offset: int = 0  # learned positions: table row of position 0 (XLM-RoBERTa: padding_idx + 1)
+    type_vocab_size: int = 0  # token type embeddings (type 0 is added) when > 0
+    # Which modules have biases: "qkv", "out" (attention), "mlp_in", "mlp_out", "norm".
+    biases: frozenset[str] = ALL_BIASES
+
+    def __post_init__(self):
+        if self.activation not in ACTIVATIONS:
+            raise UnsupportedModel(
+                f"{self.family}: unsupported activation (hidden_act) {self.activation!r}; "
+                f"known: {', '.join(sorted(ACTIVATIONS))}"
+            )
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if len(self.layer_kinds) != self.num_layers:
+            raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
+        for kind in self.layer_kinds:
+            if kind.window is not None and kind.window >= self.max_tokens:
+                raise UnsupportedModel(
+                    f"{self.family}: sliding window {kind.window} is not shorter "
+                    f"than the model's {self.max_tokens} positions"
+                )
+
+    @property
+    def kinds(self) -> tuple[LayerKind, ...]:
+        """The distinct layer kinds, in order of first use."""
+        return tuple(dict.fromkeys(self.layer_kinds))
+
+
+def bert_dims(config: dict, family: str) -> dict[str, int]:
+    """The sizes under the names BERT's config.json gives them (most families keep them), as ModelConfig fields.
+    head_dim: given explicitly, or hidden_size / heads, which must divide."""
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    if not config.get("head_dim") and hidden % heads:
+        raise UnsupportedModel(f"{family}: hidden_size {hidden} is not divisible by {heads} heads")
+    return {
+        "vocab_size": int(config["vocab_size"]),
+        "hidden_size": hidden,
+        "num_layers": int(config["num_hidden_layers"]),
+        "num_heads": heads,
+        "head_dim": int(config.get("head_dim") or hidden // heads),
+        "intermediate_size": int(config["intermediate_size"]),
+    }
+
+
+def check_window(cfg: ModelConfig, n_tokens: int) -> None:
+    """Raises WindowTooLong if sequences of `n_tokens` tokens exceed the model's positions."""
+    if n_tokens > cfg.max_tokens:
+        raise WindowTooLong(
+            f"a window of {n_tokens} tokens is longer than this {cfg.family} model's {cfg.max_tokens} positions"
+        )

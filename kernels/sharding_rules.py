@@ -1,0 +1,31 @@
+"""The mesh's axes and the table that maps logical axes onto them (`kernels.sharding` applies it).
+
+Plain data, without JAX: an encoder's config holds a table, and the job's
+driver, which builds and checks that config, never imports JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+MESH_AXES = ("data", "model")
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardingRules:
+    """Logical axis -> the mesh axis it is split over; a logical axis not named here is replicated."""
+
+    batch: str | None = "data"
+    heads: str | None = "model"
+    mlp: str | None = "model"
+
+    def __post_init__(self):
+        for logical, axis in self._table().items():
+            if axis is not None and axis not in MESH_AXES:
+                raise ValueError(f"sharding rule {logical}={axis!r}: mesh axes are {MESH_AXES}")
+
+    def _table(self) -> dict[str, str | None]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def mesh_axis(self, logical: str) -> str | None:
+        return self._table().get(logical)
