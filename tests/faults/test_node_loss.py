@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import ray
 
+from pipeline.encode.encoder_config import EncoderConfig
+
 import scenarios
 
 
 def test_worker_node_removed_mid_job_loses_and_duplicates_nothing(tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", scenarios.FILES, scenarios.SHARD_DOCS)
-    cfg = scenarios.job(corpus, tmp_path)
+    # Encoder calls are sized in windows of tokens (16 batches each): at the default batch of 4 this corpus of
+    # about 100 windows is two calls, which the head's encoder may take alone. Batches of one make it about 7
+    # calls over the three encoders, so that one on a worker node works before the job ends.
+    cfg = scenarios.job(corpus, tmp_path, encoder=EncoderConfig(batch_size=1))
     with scenarios.three_node_cluster() as (cluster, workers):
         remover = scenarios.RemoveNode(cluster, workers)
         run = scenarios.run(cfg, remover)
