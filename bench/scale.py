@@ -1,6 +1,7 @@
 """Scale: the driver's and Ray head's memory, wall, docs/s and time to the first committed group, against corpus size.
 
     .venv/bin/python bench/scale.py [--files 1000,4000,16000] [--pdf-files 1000,10000] [--plan-entries 10000000]
+                                    [--pdf-layers N]
 
 Real runs: `docembed embed --quiet` in a process of its own (with its private
 local Ray) on N tiny `.txt` files (~100 bytes, 1,000 per directory), and on
@@ -10,6 +11,12 @@ dashboard and its agents, log monitor: what a head node holds for the job) are
 sampled from /proc; workers are not the head's. Time to the first group and
 docs/s come from `_SUCCESS`. The per-file slopes are least-squares fits of peak
 RSS against files, per kind of corpus, extrapolated to 10M.
+
+`--pdf-layers N` runs the PDF corpora on the bundled model cut to its first N
+layers (the same tokenizer, windows and chunks; its embeddings are not the
+model's). What a run holds per file on the driver and Ray's head does not
+depend on the encoder's depth, while on 2 cores the whole model makes 10k PDFs
+a run of hours; the rows say which model ran.
 
 The planning-only run drives the job's own listing path (GroupCutter, the
 recorded parts under `_inputs/`, the ledger's per-group account and the feed
@@ -70,11 +77,32 @@ def _is_head(proc: psutil.Process) -> bool:
     return any(name in cmd for name in HEAD) and "ray::" not in cmd and "default_worker" not in cmd
 
 
-def real_run(corpus: Path, out: Path, tree: Path = REPO) -> dict:
+def cut_model(layers: int, dest: Path) -> Path:
+    """The bundled model's directory with only its first `layers` encoder layers (config and weights)."""
+    from safetensors.numpy import load_file, save_file
+
+    from pipeline.encode.model_dir import resolve
+
+    source = resolve(None).path
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("model.safetensors", "config.json"))
+    config = json.loads((source / "config.json").read_text())
+    kept = {f"encoder.layer.{i}." for i in range(layers)}
+    weights = load_file(source / "model.safetensors")
+    save_file(
+        {k: v for k, v in weights.items() if ".layer." not in k or any(k.startswith(p) for p in kept)},
+        dest / "model.safetensors",
+    )
+    (dest / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}))
+    return dest
+
+
+def real_run(corpus: Path, out: Path, tree: Path = REPO, model: Path | None = None) -> dict:
     """One job, sampled: peak RSS of the driver and of Ray's head processes, wall, and _SUCCESS's figures.
 
-    `tree`: the checkout whose code runs (`jobs/embed.py`, this interpreter; its workers inherit PYTHONPATH)."""
+    `tree`: the checkout whose code runs (`jobs/embed.py`, this interpreter; its workers inherit PYTHONPATH).
+    `model`: a model directory instead of the bundled default."""
     cmd = [sys.executable, str(tree / "jobs" / "embed.py"), "--input", str(corpus), "--output", str(out), "--quiet"]
+    cmd += [] if model is None else ["--model", str(model)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
@@ -169,6 +197,7 @@ def main() -> None:
     ap.add_argument("--files", default="1000,4000,16000", help="tiny .txt corpus sizes, comma-separated")
     ap.add_argument("--pdf-files", default="", help="sizes of the 31 real PDFs hard-linked to that many files")
     ap.add_argument("--plan-entries", type=int, default=10_000_000)
+    ap.add_argument("--pdf-layers", type=int, default=0, help="PDF runs on the bundled model cut to N layers")
     args = ap.parse_args()
     print(f"# bench/scale.py on {cpu_description()}, {time.strftime('%Y-%m-%d')}")
     # Each row is printed as its run ends: a run of 10k PDFs takes hours on 2 cores.
@@ -178,13 +207,17 @@ def main() -> None:
     runs: dict[str, list[tuple[int, dict]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for kind, make, sizes in (
-            ("tiny .txt", tiny_corpus, args.files),
-            ("real PDFs (31, linked)", pdf_corpus, args.pdf_files),
+        pdf_model, pdf_kind = None, "real PDFs (31, linked)"
+        if args.pdf_layers:
+            pdf_model = cut_model(args.pdf_layers, tmp / "model")
+            pdf_kind += f", the model cut to {args.pdf_layers} of its layers"
+        for kind, make, sizes, model in (
+            ("tiny .txt", tiny_corpus, args.files, None),
+            (pdf_kind, pdf_corpus, args.pdf_files, pdf_model),
         ):
             for n in (int(n) for n in sizes.split(",") if n):
                 corpus = make(tmp / f"in{n}", n)
-                r = real_run(corpus, tmp / f"out{n}")
+                r = real_run(corpus, tmp / f"out{n}", model=model)
                 shutil.rmtree(corpus)
                 shutil.rmtree(tmp / f"out{n}")
                 runs.setdefault(kind, []).append((n, r))

@@ -86,6 +86,7 @@ class JobGraph:
     def dataset(self, source: RecordedInputs) -> ray.data.Dataset:
         """The Ray Data graph over the recorded listing: summary rows of committed parts come out of it."""
         cfg, placement, record = self.cfg, self.placement, self.record
+        call_packs = encode_call_rows(placement, cfg.encoder)
         # Small input blocks, never mixing groups, so extraction spreads over workers; a
         # shard is one block that streams out many. The read asks for no CPU (see feed.py).
         return (
@@ -99,7 +100,7 @@ class JobGraph:
             )
             .map_batches(
                 ChunkBlock,
-                fn_constructor_args=(cfg.model, self.chunking, record, True),  # in packs, as EncodeBlock takes them
+                fn_constructor_args=(cfg.model, self.chunking, record, call_packs),  # packs, as EncodeBlock takes
                 batch_size=CHUNK_BATCH,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
@@ -115,7 +116,7 @@ class JobGraph:
                     cfg.profile,
                     placement.devices_per_actor if placement.kind == "cpu" else None,
                 ),
-                batch_size=encode_call_rows(placement, cfg.encoder),
+                batch_size=call_packs,
                 batch_format="pyarrow",
                 # A dead encoder actor (killed, out of memory, its node gone) is restarted
                 # and its in-flight batches retried, as often as it takes: Ray Data's own

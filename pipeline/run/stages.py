@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from pipeline.encode.model_location import local_dir
-from pipeline.encode.packs import pack
+from pipeline.encode.packs import Packer
 from pipeline.errors import DocumentError, SandboxError
 from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
@@ -149,18 +149,23 @@ def _timed_reads(docs: Iterator[dict], clock: StageClock) -> Iterator[dict]:
 class ChunkBlock:
     """Document rows -> chunk rows with token ids. One tokenizer per actor, loaded once.
 
-    `in_packs`: the rows handed on are packs of about one window of tokens (`pipeline.encode.packs`), what
-    the job's encoder takes; otherwise one row per chunk, for callers that read the chunks themselves.
+    `call_packs`: the rows handed on are packs of about one window of tokens (`pipeline.encode.packs`), for
+    the job's encoder, which takes this many a call; None: one row per chunk, for callers that read the
+    chunks themselves.
     """
 
     def __init__(
-        self, model: str | None, chunking: ChunkingConfig, record: Record | None = None, in_packs: bool = False
+        self,
+        model: str | None,
+        chunking: ChunkingConfig,
+        record: Record | None = None,
+        call_packs: int | None = None,
     ):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
         self.tokenizer = Tokenizer(local_dir(model) / "tokenizer.json", prompt=chunking.prompt)
         self.chunking = chunking
         self.clock = StageClock(record)
-        self.in_packs = in_packs
+        self.packer = None if call_packs is None else Packer(chunking.max_tokens, call_packs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = []
@@ -179,7 +184,7 @@ class ChunkBlock:
             rows.extend({**chunk, **group, "doc_chunks": n} for chunk in chunks)
         self.clock.send()
         chunks = pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
-        return pack(chunks, self.chunking.max_tokens) if self.in_packs else chunks
+        return chunks if self.packer is None else self.packer(chunks)
 
     def _chunks(self, doc: dict) -> list[dict]:
         with self.clock.timing("tokenise") as counts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipeline.encode.packs import pack, unpack
+from pipeline.encode.packs import RAMP_HALVINGS, Packer, pack, unpack
 from pipeline.run.stages import ChunkBlock
 from pipeline.schemas import CHUNK_SCHEMA, DOC_SCHEMA, PACK_SCHEMA, error_row
 from pipeline.text.chunking import ChunkingConfig
@@ -24,7 +24,10 @@ def _documents() -> list[dict]:
 
 
 def _chunk(docs: list[dict], in_packs: bool) -> pa.Table:
-    block = ChunkBlock(None, ChunkingConfig(max_tokens=WINDOW, overlap=8), in_packs=in_packs)
+    """The chunk stage's rows: chunks, or packs past the ramp (a call's worth of packs handed on already)."""
+    block = ChunkBlock(None, ChunkingConfig(max_tokens=WINDOW, overlap=8), call_packs=1 if in_packs else None)
+    if in_packs:
+        block.packer.handed = RAMP_HALVINGS
     return block(pa.Table.from_pylist(docs, schema=DOC_SCHEMA))
 
 
@@ -72,3 +75,22 @@ def test_packs_from_several_blocks_unpack_as_one_call():
 def test_no_chunks_make_no_packs():
     packs = pack(pa.Table.from_pylist([], schema=CHUNK_SCHEMA), WINDOW)
     assert packs.num_rows == 0 and unpack(packs).equals(pa.Table.from_pylist([], schema=CHUNK_SCHEMA))
+
+
+def test_an_actors_first_packs_ramp_from_a_sixteenth_of_a_window_so_the_first_calls_are_short():
+    """The first call's worth of packs hold 1/16 window each (or one chunk), the next 1/8, and so on to a
+    window: a call of N packs grows from about N/16 windows of tokens to N, so the first groups commit after a
+    few files. The job's window (256) over 17-token notes, handed on 16 at a time as the chunk stage does."""
+    window, call_packs = 256, 20
+    notes = ChunkBlock(None, ChunkingConfig(max_tokens=window, overlap=8))(
+        pa.Table.from_pylist(tiny_notes(2000), schema=DOC_SCHEMA)
+    )
+    packer = Packer(window, call_packs)
+    packs = pa.concat_tables([packer(notes.slice(i, 16)) for i in range(0, notes.num_rows, 16)])
+    assert unpack(packs).equals(notes)
+    tokens = _pack_tokens(packs)
+    calls = [sum(tokens[i : i + call_packs]) for i in range(0, len(tokens), call_packs)]
+    full = call_packs * window
+    assert calls[0] <= full / 8 and calls[1] <= full / 4 and calls[2] <= full / 2
+    assert calls[0] < calls[1] < calls[2] < calls[3] < calls[4]
+    assert all(c >= full * 0.75 for c in calls[5:-1]) and len(calls) > 8

@@ -38,7 +38,7 @@ def test_a_call_of_packs_embeds_each_chunk_once_errors_null_and_pads_little():
     notes = tiny_notes(2048)
     failed = error_row({"doc_id": "broken.pdf", "kind": "pdf", "pages": None}, "extract", "CorruptPDF", "bad xref")
     docs = pa.Table.from_pylist(notes[:1000] + [failed] + notes[1000:], schema=DOC_SCHEMA)
-    chunker = ChunkBlock(None, ChunkingConfig(max_tokens=256, overlap=32), in_packs=True)
+    chunker = ChunkBlock(None, ChunkingConfig(max_tokens=256, overlap=32), call_packs=1)
     packs = pa.concat_tables(chunker(docs.slice(lo, 16)) for lo in range(0, docs.num_rows, 16))
     calls = []
     out = EncodeBlock(None, EncoderConfig(), record=calls.append)(packs)
