@@ -105,7 +105,9 @@ def real_run(corpus: Path, out: Path, tree: Path = REPO, model: Path | None = No
     cmd += [] if model is None else ["--model", str(model)]
     env = {**os.environ, "PYTHONPATH": str(tree)}
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    # cwd too: Ray puts the driver's working directory on its workers' sys.path ahead of PYTHONPATH, so from
+    # another checkout's directory the workers would run that checkout's stages.
+    proc = subprocess.Popen(cmd, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     driver = psutil.Process(proc.pid)
     peak_driver = peak_head = 0
     while proc.poll() is None:
