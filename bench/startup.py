@@ -5,7 +5,7 @@
 
 Each round runs every tree once, in turn, so that the machine's drift falls on
 both alike: a whole job (`bench/scale.py`'s `real_run`: `jobs/embed.py --quiet`
-with its private local Ray, this interpreter, the tree first on PYTHONPATH) on
+with its private local Ray, this interpreter, started in the tree with the tree first on PYTHONPATH) on
 N tiny `.txt` files (bench/scale.py's corpus) and, with `--pdfs`, on the real
 PDFs of ../shared/corpus; then, with `--tests`, the wall of those test files
 (`pytest -q`, run in the tree). Prints each `startup_seconds` step, the wall
