@@ -84,7 +84,8 @@ def cut_model(layers: int, dest: Path) -> Path:
     from pipeline.encode.model_dir import resolve
 
     source = resolve(None).path
-    shutil.copytree(source, dest, ignore=shutil.ignore_patterns("model.safetensors", "config.json"))
+    replaced = {source / "model.safetensors", source / "config.json"}
+    shutil.copytree(source, dest, ignore=lambda d, names: [n for n in names if Path(d) / n in replaced])
     config = json.loads((source / "config.json").read_text())
     kept = {f"encoder.layer.{i}." for i in range(layers)}
     weights = load_file(source / "model.safetensors")
