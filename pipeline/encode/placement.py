@@ -81,7 +81,8 @@ def place_encoders(
         if not tpu_hosts:
             raise ConfigError("--accelerator tpu, but no node of this Ray cluster has a TPU resource")
         # A slice's hosts have the same chip count; the smallest fits on all of them.
-        chips = min(tpu_hosts)
+        # Ray counts resources in floats (4.0): devices are a whole number.
+        chips = int(min(tpu_hosts))
         args = {"resources": {"TPU": chips}, "num_cpus": ACCELERATOR_HOST_CPUS}
         placement = EncoderPlacement("tpu", len(tpu_hosts), args, chips, stage_cpus=1.0, writers=len(tpu_hosts))
     elif kind == "gpu":

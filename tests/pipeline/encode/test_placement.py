@@ -18,13 +18,15 @@ from support import SAMPLES, wait_for_idle_cluster
 
 
 def node(cpu=8, **extra):
-    return {"Alive": True, "Resources": {"CPU": cpu, **extra}}
+    """A node as `ray.nodes()` lists it: every resource a float."""
+    return {"Alive": True, "Resources": {"CPU": float(cpu), **{k: float(v) for k, v in extra.items()}}}
 
 
 def test_one_actor_per_tpu_host_owning_all_its_chips():
     nodes = [node(), node(TPU=4), node(TPU=4), {"Alive": False, "Resources": {"TPU": 4}}]
     placement = place_encoders("auto", nodes, cpu_actors=None, cpu_per_actor=1)
     assert placement.kind == "tpu" and placement.actors == 2
+    assert placement.devices_per_actor == 4 and isinstance(placement.devices_per_actor, int)
     assert placement.ray_remote_args == {"resources": {"TPU": 4}, "num_cpus": ACCELERATOR_HOST_CPUS}
     # Beside accelerators the CPU stages take whole cores: 24 CPUs, 4 reserved, one kept per writer (per encoder).
     assert placement.stage_cpus == 1.0 and placement.max_cpu_actors == 24 - 2 * ACCELERATOR_HOST_CPUS - 2
