@@ -6,11 +6,14 @@ XLA:CPU computes every bfloat16 dot in float32 (bench/xla_cpu.py), so on a CPU
 with bfloat16 dot instructions (avx512_bf16, AMX) the route to bfloat16 speed is a
 matmul kernel of a library that uses them. This builds bench/onednn_matmul.cc (an
 XLA FFI handler over oneDNN's matmul primitive, bfloat16 in and out, float32
-accumulation) with g++ against `jax.ffi.include_dir()` and the oneDNN of the
+accumulation, optionally GELU as a post-op) with g++ against `jax.ffi.include_dir()` and the oneDNN of the
 bench extra (`onednn-cpu-gomp`, `onednn-devel-cpu-gomp`), and measures:
 
 - the encoder's MLP matmul ([1024, 384] x [384, 1536]): XLA float32, XLA
   bfloat16 and the oneDNN kernel, GFLOP/s;
+- six MLP layers of the encoder's shape under `lax.scan` (up, exact GELU, down,
+  residual; [2048, 384] rows): XLA float32 and bfloat16, the oneDNN kernel with
+  XLA's GELU between its matmuls, and with the GELU as the kernel's post-op;
 - the encoder (the bundled model, one device) on bench/encoder.py's mixed texts
   and full windows: float32 against bfloat16 with the layers' projections (every
   two-operand einsum of `kernels.encoders._blocks` in bfloat16) on the oneDNN
@@ -69,10 +72,10 @@ def register(lib_path: Path) -> None:
     jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.DocembedMatmulBf16), platform="cpu")
 
 
-def onednn_matmul(x_MK, w_KN):
-    """x [M, K] @ w [K, N] in bfloat16 on the oneDNN kernel."""
+def onednn_matmul(x_MK, w_KN, gelu: bool = False):
+    """x [M, K] @ w [K, N] in bfloat16 on the oneDNN kernel; with `gelu`, the exact GELU of it."""
     out = jax.ShapeDtypeStruct((x_MK.shape[0], w_KN.shape[1]), jnp.bfloat16)
-    return jax.ffi.ffi_call(TARGET, out)(x_MK, w_KN, threads=np.int64(THREADS))
+    return jax.ffi.ffi_call(TARGET, out)(x_MK, w_KN, threads=np.int64(THREADS), gelu=gelu)
 
 
 def onednn_einsum(spec: str, x, w):
@@ -110,6 +113,46 @@ def matmul_table(m: int = 1024, k: int = 384, n: int = 1536) -> None:
     print(f"oneDNN's largest error: {error:.1e} of the largest entry")
 
 
+def mlp_layers(x_MD, up_LDF, down_LFD, up_gelu, down):
+    """L MLP layers under `lax.scan`: x + down(up_gelu(x, up)), the encoder's MLP without its biases."""
+
+    def layer(x_MD, weights):
+        up_DF, down_FD = weights
+        return x_MD + down(up_gelu(x_MD, up_DF), down_FD), None
+
+    return jax.lax.scan(layer, x_MD, (up_LDF, down_LFD))[0]
+
+
+def mlp_table(m: int = 2048, d: int = 384, f: int = 1536, layers: int = 6) -> None:
+    rng = np.random.default_rng(0)
+    f32 = (
+        rng.standard_normal((m, d), np.float32),
+        rng.standard_normal((layers, d, f), np.float32) * 0.05,
+        rng.standard_normal((layers, f, d), np.float32) * 0.05,
+    )
+    bf16 = tuple(jnp.asarray(a, jnp.bfloat16) for a in f32)
+    xla_up = lambda x, w: jax.nn.gelu(jnp.matmul(x, w), approximate=False)
+    variants = {  # name: (up and GELU, down, arguments)
+        "XLA float32": (xla_up, jnp.matmul, f32),
+        "XLA bfloat16": (xla_up, jnp.matmul, bf16),
+        "oneDNN bfloat16, XLA's GELU between": (
+            lambda x, w: jax.nn.gelu(onednn_matmul(x, w), approximate=False),
+            onednn_matmul,
+            bf16,
+        ),
+        "oneDNN bfloat16, GELU as its post-op": (lambda x, w: onednn_matmul(x, w, gelu=True), onednn_matmul, bf16),
+    }
+    print(f"\n## {layers} MLP layers, [{m}, {d}] rows, F = {f}: ms a call (median of 10), speed, min row cosine")
+    exact_MD = base_ms = None
+    for name, (up_gelu, down, args) in variants.items():
+        program = jax.jit(lambda x, u, w, up_gelu=up_gelu, down=down: mlp_layers(x, u, w, up_gelu, down))
+        out_MD = np.asarray(program(*args), np.float32)
+        ms = seconds(program, *args) * 1e3
+        exact_MD, base_ms = (out_MD, ms) if exact_MD is None else (exact_MD, base_ms)
+        cosine = np.sum(out_MD * exact_MD, 1) / np.linalg.norm(out_MD, axis=1) / np.linalg.norm(exact_MD, axis=1)
+        print(f"{name}: {ms:.1f} ms, {base_ms / ms:.2f}x of float32, min cosine to it {np.min(cosine):.6f}")
+
+
 def encoder_table(rounds: int) -> None:
     words = corpus_words(CORPUS)
     text_sets = {"mixed": mixed_texts(words, 300), "full windows": pieces(words, [400] * 64)}
@@ -118,7 +161,7 @@ def encoder_table(rounds: int) -> None:
     _blocks.jnp = types.SimpleNamespace(**{name: getattr(jnp, name) for name in dir(jnp) if not name.startswith("__")})
     _blocks.jnp.einsum = onednn_einsum
     bf16 = Embedder.load(dtype="bfloat16")
-    print(f"\n## encoder, float32 against bfloat16 on oneDNN projections: {rounds} alternating rounds")
+    print(f"\n## encoder, float32 against bfloat16 on oneDNN projections (GELU apart): {rounds} alternating rounds")
     for name, texts in text_sets.items():
         cosine = float(np.min(np.sum(f32.embed(texts) * bf16.embed(texts), axis=1)))
         ratios = []
@@ -140,6 +183,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         register(build(Path(tmp)))
         matmul_table()
+        mlp_table()
         encoder_table(args.rounds)
 
 
