@@ -7,8 +7,8 @@
 // runs it on the CPU's bfloat16 dot instructions (avx512_bf16, AMX) where
 // they exist. Each XLA device thread calls in with `threads` of the cores: the
 // OpenMP team size is a per-thread setting, so devices do not oversubscribe.
-// A primitive is built once per shape and thread count, in a cache of the calling
-// thread, so no primitive or its scratchpad is ever shared between threads.
+// A primitive is built once per shape, thread count and post-op, in a cache of the
+// calling thread, so no primitive or its scratchpad is ever shared between threads.
 
 #include <omp.h>
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import types
 from pathlib import Path
 
@@ -44,14 +44,19 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from encoder import CORPUS, corpus_words, mixed_texts, pieces  # noqa: E402
+from encoder import CORPUS, corpus_words, min_cosine, mixed_texts, pieces, timed  # noqa: E402
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
 from kernels.encoders import _blocks  # noqa: E402
 from pipeline.encode.embedder import Embedder  # noqa: E402
 
 TARGET = "docembed_onednn_matmul_bf16"
-THREADS = len(os.sched_getaffinity(0))  # one device: the kernel takes every core, as XLA's dots do
+
+
+def threads_per_device() -> int:
+    """The cores each CPU device's calls may use: the kernel runs on its caller's thread with an OpenMP
+    team of this size, so the devices' calls together take every core, as XLA's dots do, and no more."""
+    return max(1, len(os.sched_getaffinity(0)) // jax.local_device_count())
 
 
 def build(out_dir: Path) -> Path:
@@ -75,7 +80,7 @@ def register(lib_path: Path) -> None:
 def onednn_matmul(x_MK, w_KN, gelu: bool = False):
     """x [M, K] @ w [K, N] in bfloat16 on the oneDNN kernel; with `gelu`, the exact GELU of it."""
     out = jax.ShapeDtypeStruct((x_MK.shape[0], w_KN.shape[1]), jnp.bfloat16)
-    return jax.ffi.ffi_call(TARGET, out)(x_MK, w_KN, threads=np.int64(THREADS), gelu=gelu)
+    return jax.ffi.ffi_call(TARGET, out)(x_MK, w_KN, threads=np.int64(threads_per_device()), gelu=gelu)
 
 
 def onednn_einsum(spec: str, x, w):
@@ -90,13 +95,9 @@ def onednn_einsum(spec: str, x, w):
 
 
 def seconds(fn, *args, calls: int = 10) -> float:
-    fn(*args).block_until_ready()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args).block_until_ready()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    call = lambda: fn(*args).block_until_ready()
+    call()
+    return statistics.median(timed(call) for _ in range(calls))
 
 
 def matmul_table(m: int = 1024, k: int = 384, n: int = 1536) -> None:
@@ -148,9 +149,11 @@ def mlp_table(m: int = 2048, d: int = 384, f: int = 1536, layers: int = 6) -> No
         program = jax.jit(lambda x, u, w, up_gelu=up_gelu, down=down: mlp_layers(x, u, w, up_gelu, down))
         out_MD = np.asarray(program(*args), np.float32)
         ms = seconds(program, *args) * 1e3
-        exact_MD, base_ms = (out_MD, ms) if exact_MD is None else (exact_MD, base_ms)
-        cosine = np.sum(out_MD * exact_MD, 1) / np.linalg.norm(out_MD, axis=1) / np.linalg.norm(exact_MD, axis=1)
-        print(f"{name}: {ms:.1f} ms, {base_ms / ms:.2f}x of float32, min cosine to it {np.min(cosine):.6f}")
+        if exact_MD is None:  # the first variant, XLA float32, is what the others are measured against
+            exact_MD, base_ms = out_MD, ms
+        print(
+            f"{name}: {ms:.1f} ms, {base_ms / ms:.2f}x of float32, min cosine to it {min_cosine(out_MD, exact_MD):.6f}"
+        )
 
 
 def encoder_table(rounds: int) -> None:
@@ -163,14 +166,11 @@ def encoder_table(rounds: int) -> None:
     bf16 = Embedder.load(dtype="bfloat16")
     print(f"\n## encoder, float32 against bfloat16 on oneDNN projections (GELU apart): {rounds} alternating rounds")
     for name, texts in text_sets.items():
-        cosine = float(np.min(np.sum(f32.embed(texts) * bf16.embed(texts), axis=1)))
-        ratios = []
-        for _ in range(rounds):
-            start = time.perf_counter()
-            f32.embed(texts)
-            middle = time.perf_counter()
-            bf16.embed(texts)
-            ratios.append((middle - start) / (time.perf_counter() - middle))
+        cosine = min_cosine(f32.embed(texts), bf16.embed(texts))
+        ratios = [
+            timed(functools.partial(f32.embed, texts)) / timed(functools.partial(bf16.embed, texts))
+            for _ in range(rounds)
+        ]
         print(f"{name}: bfloat16/float32 speed {statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}], "
               f"min cosine to float32 {cosine:.6f}")  # fmt: skip
 
@@ -179,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    print(f"CPU: {cpu_description()}; jax {jax.__version__}; {THREADS} threads")
+    print(f"CPU: {cpu_description()}; jax {jax.__version__}; {threads_per_device()} threads per device")
     with tempfile.TemporaryDirectory() as tmp:
         register(build(Path(tmp)))
         matmul_table()
