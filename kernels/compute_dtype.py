@@ -1,19 +1,27 @@
 """The one place the encoder's compute dtype is chosen: what was asked, what runs, and why.
 
-    choose_dtype(requested, platform, flags=None) -> DtypeChoice(requested, dtype, reason)
+    choose_dtype(requested, platform, flags=None, kernel_missing=None) -> DtypeChoice(requested, dtype, reason)
+    activation_dtype(dtype, platform) -> the dtype of the activations between the matmuls
 
 float32 always runs as asked. bfloat16 runs as asked on GPU and TPU (their
-matrix units take it) and on CPUs with bfloat16 dot-product instructions
-(`BF16_DOT_FLAGS`). On any other CPU it runs float32: XLA:CPU has no
-bfloat16 dot there and computes each one in float32, with converts of the
-weights and activations around it (the optimized HLO shows `f32 dot`s fed by
-`convert`s), so bfloat16 would cost rounding and the converts and save
-nothing (docs/accelerators.md, BENCHMARKS.md).
+matrix units take it). On a CPU it runs where the CPU has bfloat16 dot-product
+instructions (`BF16_DOT_FLAGS`) and the oneDNN matmul kernel that uses them is
+there (`kernels.dense`): XLA:CPU has no bfloat16 dot of its own and computes
+each one in float32, with converts of the weights and activations around it
+(the optimized HLO shows `f32 dot`s fed by `convert`s), so through XLA alone
+bfloat16 would cost rounding and the converts and save nothing
+(docs/accelerators.md, BENCHMARKS.md). Elsewhere it runs float32, and says why.
+
+On a CPU, bfloat16 means bfloat16 matmul operands (the weights, and each
+matmul's input rounded to them), accumulated in float32, with the activations,
+norms and attention in float32: XLA:CPU computes elementwise bfloat16 in
+float32 anyway, with a convert on each side.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 # Names, not JAX dtypes (`jnp.dtype(name)` is one): the job's driver chooses without importing JAX.
 DTYPES = ("float32", "bfloat16")
@@ -53,9 +61,16 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     return frozenset()
 
 
-def choose_dtype(requested: str, platform: str, flags: frozenset[str] | None = None) -> DtypeChoice:
+def choose_dtype(
+    requested: str,
+    platform: str,
+    flags: frozenset[str] | None = None,
+    kernel_missing: Callable[[], str | None] | None = None,
+) -> DtypeChoice:
     """The dtype an encoder runs for `requested` ("float32" or "bfloat16") on `platform` ("cpu", "gpu",
-    "tpu"). `flags`: the CPU's feature flags (default: `cpu_flags()`, read only on a CPU asked bfloat16)."""
+    "tpu"). `flags`: the CPU's feature flags (default: `cpu_flags()`, read only on a CPU asked bfloat16).
+    `kernel_missing() -> why the CPU's bfloat16 matmul kernel is missing, or None`: default
+    `kernels.dense`'s, asked only on a CPU with bfloat16 dot instructions asked bfloat16."""
     if requested not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {requested!r}")
     if requested == "float32":
@@ -64,11 +79,30 @@ def choose_dtype(requested: str, platform: str, flags: frozenset[str] | None = N
         return DtypeChoice(requested, "bfloat16", f"bfloat16 as asked: the {platform.upper()}'s matrix units take it")
     flags = cpu_flags() if flags is None else flags
     has = [flag for flag in BF16_DOT_FLAGS if flag in flags]
-    if has:
-        return DtypeChoice(requested, "bfloat16", f"bfloat16 as asked: this CPU has {', '.join(has)}")
+    if not has:
+        return DtypeChoice(
+            requested,
+            "float32",
+            f"this CPU has no bfloat16 dot instructions ({', '.join(BF16_DOT_FLAGS)}): XLA would compute "
+            "every bfloat16 matmul in float32 with conversions around it, slower than float32 itself",
+        )
+    if kernel_missing is None:
+        from kernels.dense._library import kernel_missing  # imported here: it imports this module
+    kernel = kernel_missing()
+    if kernel is not None:
+        return DtypeChoice(
+            requested,
+            "float32",
+            f"this CPU has {', '.join(has)}, but {kernel}: XLA alone would compute every bfloat16 matmul "
+            "in float32 with conversions around it, slower than float32 itself",
+        )
     return DtypeChoice(
         requested,
-        "float32",
-        f"this CPU has no bfloat16 dot instructions ({', '.join(BF16_DOT_FLAGS)}): XLA would compute "
-        "every bfloat16 matmul in float32 with conversions around it, slower than float32 itself",
+        "bfloat16",
+        f"bfloat16 as asked: this CPU has {', '.join(has)}; matmuls in bfloat16 on oneDNN, activations in float32",
     )
+
+
+def activation_dtype(dtype: str, platform: str) -> str:
+    """The dtype between the matmuls for compute dtype `dtype`: float32 on a CPU (see above), else `dtype`."""
+    return "float32" if platform == "cpu" else dtype

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from kernels.compute_dtype import DTYPES
+from kernels.dense import IMPLS as DENSE_IMPLS
 from pipeline.config import CapacityConfig, JobConfig, Resources
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder_config import EncoderConfig, parse_mesh
@@ -148,6 +149,14 @@ OPTIONS = (
     ),
     Option(
         "--attention", str, "attention implementation (default auto)", "auto", metavar="IMPL", commands=EMBED_CAPACITY
+    ),
+    Option(
+        "--dense",
+        str,
+        "matmul implementation of the projections (default auto: onednn for bfloat16 on a CPU, else xla)",
+        "auto",
+        choices=("auto", *DENSE_IMPLS),
+        commands=EMBED_CAPACITY,
     ),
     Option("--accelerator", str, "where encoders run (default auto)", "auto", choices=ACCELERATORS),
     Option("--encoders", int, "CPU encoder actors (default: one per node)", metavar="N"),
@@ -312,6 +321,7 @@ def encoder_config(values: dict[str, Any]) -> EncoderConfig:
     return EncoderConfig(
         dtype=values["dtype"],
         attention=values["attention"],
+        dense=values["dense"],
         batch_size=values["batch_size"],
         packing=values["packing"] == "on",
         mesh=parse_mesh(values["mesh"]) if values["mesh"] else (),

@@ -13,7 +13,9 @@ Every family maps its checkpoint onto the same pytree:
   final:  ln_scale_D [ln_bias_D]       (pre-norm families only)
 
 Bracketed entries exist only where the family has them (a bias-free ModernBERT
-has none); the forward pass adds what is there. The families differ in what the
+has none); the forward pass adds what is there. Every projection is a
+`kernels.dense` call: its bias and the MLP's activation go with it, to the
+implementation the dispatch chose. The families differ in what the
 config says: post- or pre-norm, plain or gated MLP, learned positions or RoPE
 (theta and scaling per layer), and a sliding window per layer.
 
@@ -41,6 +43,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from kernels.attention import attention
+from kernels.dense import dense
 from kernels.encoders._config import ACTIVATIONS, LayerKind, ModelConfig, Params
 from kernels.sharding import sum_shards
 from kernels.sharding_rules import ShardingRules
@@ -78,12 +81,19 @@ def param_axes(params: Params) -> Any:
     return jax.tree_util.tree_map_with_path(axes, params)
 
 
-def cast_params(params: Params, dtype: jnp.dtype) -> Params:
-    """Casts matmul weights to the compute dtype; layer-norm parameters stay float32."""
+# The projections' weights: what `kernels.dense` multiplies by.
+MATMUL_WEIGHTS = frozenset(("q_LDNH", "k_LDNH", "v_LDNH", "out_LNHD", "up_LDF", "gate_LDF", "down_LFD"))
+
+
+def cast_params(params: Params, dtype: jnp.dtype, activations: jnp.dtype | None = None) -> Params:
+    """Casts the matmul weights to the compute dtype `dtype`, embeddings and biases to the dtype of the
+    activations (default `dtype`), which the forward pass then runs in; layer-norm parameters stay float32."""
+    activations = dtype if activations is None else activations
 
     def cast(path, leaf):
-        is_norm = any(getattr(k, "key", "").startswith("ln") for k in path)
-        return leaf if is_norm else leaf.astype(dtype)
+        if any(getattr(k, "key", "").startswith("ln") for k in path):
+            return leaf
+        return leaf.astype(dtype if path[-1].key in MATMUL_WEIGHTS else activations)
 
     return jax.tree_util.tree_map_with_path(cast, params)
 
@@ -130,28 +140,30 @@ def embed(emb: Params, ids_BT, positions_BT, cfg: ModelConfig):
     return layer_norm(x_BTD, emb["ln_scale_D"], emb.get("ln_bias_D"), cfg.norm_eps)
 
 
-def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None):
+def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None, dense_impl: str):
     """Plain or gated MLP. F is split over `model`: the down-projection is a partial sum until psummed."""
-    name, kwargs = ACTIVATIONS[cfg.activation]
-    act = functools.partial(getattr(jax.nn, name), **kwargs)
-    up_BTF = _plus(jnp.einsum("BTD,DF->BTF", x_BTD, layer["up_LDF"]), layer.get("up_bias_LF"))
+    act = ACTIVATIONS[cfg.activation]
+    project = functools.partial(dense, impl=dense_impl)
     if cfg.gated_mlp:
-        gate_BTF = _plus(jnp.einsum("BTD,DF->BTF", x_BTD, layer["gate_LDF"]), layer.get("gate_bias_LF"))
-        h_BTF = act(gate_BTF) * up_BTF
+        gate_BTF = project(x_BTD, layer["gate_LDF"], layer.get("gate_bias_LF"), activation=act)
+        h_BTF = gate_BTF * project(x_BTD, layer["up_LDF"], layer.get("up_bias_LF"))
     else:
-        h_BTF = act(up_BTF)
-    down_BTD = sum_shards(jnp.einsum("BTF,FD->BTD", h_BTF, layer["down_LFD"]), "mlp", rules)
+        # In the dtype the down-projection rounds it to anyway: half the bytes where that is bfloat16.
+        h_BTF = project(
+            x_BTD, layer["up_LDF"], layer.get("up_bias_LF"), activation=act, out_dtype=layer["down_LFD"].dtype
+        )
+    down_BTD = sum_shards(project(h_BTF, layer["down_LFD"], out_dtype=x_BTD.dtype), "mlp", rules)
     return _plus(down_BTD, layer.get("down_bias_LD"))
 
 
-def self_attention(x_BTD, layer: Params, attend, rules: ShardingRules | None):
+def self_attention(x_BTD, layer: Params, attend, rules: ShardingRules | None, dense_impl: str):
     """Projections around `attend(q, k, v) -> ctx`. Heads are split over `model`: the
     out-projection is a partial sum until psummed, its bias added once after."""
-    q = _plus(jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["q_LDNH"]), layer.get("q_bias_LNH"))
-    k = _plus(jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["k_LDNH"]), layer.get("k_bias_LNH"))
-    v = _plus(jnp.einsum("BTD,DNH->BTNH", x_BTD, layer["v_LDNH"]), layer.get("v_bias_LNH"))
+    q, k, v = (dense(x_BTD, layer[f"{name}_LDNH"], layer.get(f"{name}_bias_LNH"), impl=dense_impl) for name in "qkv")
     ctx_BTNH = attend(q, k, v)
-    out_BTD = sum_shards(jnp.einsum("BTNH,NHD->BTD", ctx_BTNH.astype(x_BTD.dtype), layer["out_LNHD"]), "heads", rules)
+    out_BTD = sum_shards(
+        dense(ctx_BTNH, layer["out_LNHD"], contract=2, out_dtype=x_BTD.dtype, impl=dense_impl), "heads", rules
+    )
     return _plus(out_BTD, layer.get("out_bias_LD"))
 
 
@@ -182,6 +194,7 @@ def forward(
     cfg: ModelConfig,
     *,
     attention_impl: str = "auto",
+    dense_impl: str = "auto",
     rules: ShardingRules | None = None,
 ):
     """Token ids [B, T] -> hidden states [B, T, D].
@@ -192,7 +205,8 @@ def forward(
     tokens and 0 after, positions arange(T). Positions must stay below
     `cfg.max_tokens` (`check_window`).
 
-    The compute dtype is the dtype of the weights (see `cast_params`). Called on
+    The compute dtype is the dtype of the matmul weights, and the activations run
+    in the dtype of the embeddings (see `cast_params`). Called on
     whole arrays, `rules` is None. Inside `shard_map` over a mesh laid out by
     `rules`, params and ids are this device's shards (B, heads and F split as
     the rules say) and the result is this device's rows, replicated over the
@@ -203,18 +217,21 @@ def forward(
     eps = cfg.norm_eps
 
     def post_norm(x_BTD, layer, index):
-        attn_BTD = self_attention(x_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules)
+        attn_BTD = self_attention(
+            x_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules, dense_impl
+        )
         x_BTD = layer_norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
-        return layer_norm(x_BTD + mlp(x_BTD, layer, cfg, rules), layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
+        mlp_BTD = mlp(x_BTD, layer, cfg, rules, dense_impl)
+        return layer_norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
 
     def pre_norm(x_BTD, layer, index):
         normed_BTD = layer_norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
         attn_in_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
         x_BTD = x_BTD + self_attention(
-            attn_in_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules
+            attn_in_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules, dense_impl
         )
         mlp_in_BTD = layer_norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
-        return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules)
+        return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules, dense_impl)
 
     block = post_norm if cfg.norm == "post" else pre_norm
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import encoders, sharding
+from kernels.compute_dtype import activation_dtype
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import (
@@ -55,8 +56,9 @@ class Encoder:
         self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
         rules = cfg.sharding
         self.dtype = compute_dtype(cfg.dtype, devices[0].platform)
+        activations = activation_dtype(self.dtype, devices[0].platform)
 
-        params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype))
+        params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype), jnp.dtype(activations))
         param_axes = encoders.param_axes(params)
         try:
             sharding.check_divisible(params, param_axes, rules, self.mesh)
@@ -83,6 +85,7 @@ class Encoder:
             normalize=spec.normalize,
             dim=cfg.dim,
             attention_impl=cfg.attention,
+            dense_impl=cfg.dense,
             rules=rules,
         )
         in_axes = (param_axes, tokens_axes, tokens_axes, tokens_axes)
@@ -112,10 +115,29 @@ def _head(out_BSD, normalize: bool, dim: int | None):
 
 
 def _embed(
-    params, ids_BT, segments_BT, positions_BT, *, cfg, slots, pooling, normalize, attention_impl, rules, dim=None
+    params,
+    ids_BT,
+    segments_BT,
+    positions_BT,
+    *,
+    cfg,
+    slots,
+    pooling,
+    normalize,
+    attention_impl,
+    rules,
+    dense_impl="auto",
+    dim=None,
 ):
     """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D or dim]."""
     hidden_BTD = encoders.forward(
-        params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=attention_impl, rules=rules
+        params,
+        ids_BT,
+        segments_BT,
+        positions_BT,
+        cfg,
+        attention_impl=attention_impl,
+        dense_impl=dense_impl,
+        rules=rules,
     )
     return _head(encoders.pool(hidden_BTD, segments_BT, slots, pooling), normalize, dim)

@@ -14,6 +14,7 @@ import math
 from kernels import encoders
 from kernels.attention import IMPLS
 from kernels.compute_dtype import DTYPES, choose_dtype
+from kernels.dense import IMPLS as DENSE_IMPLS
 from kernels.sharding_rules import MESH_AXES, ShardingRules
 from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
@@ -37,6 +38,7 @@ class EncoderConfig:
     # float32 is the default everywhere: docs/accelerators.md says why.
     dtype: str = "float32"
     attention: str = "auto"  # an implementation name from kernels.attention
+    dense: str = "auto"  # the projections' implementation: a name from kernels.dense
     # Rows per device (data shard) in a batch at full length; with packing off,
     # shorter buckets hold proportionally more. None: the platform's default
     # (DEFAULT_BATCH_SIZE).
@@ -61,6 +63,9 @@ class EncoderConfig:
         if self.attention not in ("auto", *IMPLS):
             known = ", ".join(("auto", *IMPLS))
             raise ConfigError(f"unknown attention implementation {self.attention!r}; known: {known}")
+        if self.dense not in ("auto", *DENSE_IMPLS):
+            known = ", ".join(("auto", *DENSE_IMPLS))
+            raise ConfigError(f"unknown dense implementation {self.dense!r}; known: {known}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
         if self.dim is not None and self.dim < 1:

@@ -1,14 +1,13 @@
 """The compute-dtype dispatch: float32 always as asked, bfloat16 only where it can pay.
 
-A CPU with bfloat16 dot instructions cannot be had here (this machine is an AMD
-EPYC Zen 3: AVX2, no AVX-512, no AMX), so those CPUs are given as their
-/proc/cpuinfo text."""
+Other CPUs than this machine's are given as their /proc/cpuinfo text, and
+whether the oneDNN kernel is there as the answer of `kernel_missing`."""
 
 from pathlib import Path
 
 import pytest
 
-from kernels.compute_dtype import choose_dtype, cpu_flags
+from kernels.compute_dtype import activation_dtype, choose_dtype, cpu_flags
 
 ZEN3 = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -53,10 +52,40 @@ def test_bfloat16_on_a_cpu_without_bfloat16_dots_runs_float32_and_says_why():
     assert "no bfloat16 dot instructions (avx512_bf16, amx_bf16, bf16)" in choice.reason
 
 
+def kernel_there():
+    return None
+
+
 @pytest.mark.parametrize(("cpuinfo", "named"), [(SAPPHIRE_RAPIDS, "avx512_bf16, amx_bf16"), (GRAVITON3, "bf16")])
-def test_bfloat16_on_a_cpu_with_bfloat16_dots_runs_bfloat16(cpuinfo, named):
-    choice = choose_dtype("bfloat16", "cpu", cpu_flags(cpuinfo))
-    assert choice.dtype == "bfloat16" and not choice.changed and named in choice.reason
+def test_bfloat16_on_a_cpu_with_bfloat16_dots_and_the_kernel_runs_bfloat16(cpuinfo, named):
+    choice = choose_dtype("bfloat16", "cpu", cpu_flags(cpuinfo), kernel_there)
+    assert choice.dtype == "bfloat16" and not choice.changed
+    assert choice.reason == (
+        f"bfloat16 as asked: this CPU has {named}; matmuls in bfloat16 on oneDNN, activations in float32"
+    )
+
+
+def test_bfloat16_on_a_cpu_with_bfloat16_dots_but_no_kernel_runs_float32_and_says_why():
+    choice = choose_dtype("bfloat16", "cpu", cpu_flags(SAPPHIRE_RAPIDS), lambda: "the oneDNN kernel is not built")
+    assert choice.dtype == "float32" and choice.changed
+    assert choice.reason.startswith("this CPU has avx512_bf16, amx_bf16, but the oneDNN kernel is not built: XLA")
+
+
+def test_the_kernel_is_looked_for_only_where_it_would_run():
+    def no_looking():
+        raise AssertionError("looked for the kernel")
+
+    assert choose_dtype("bfloat16", "cpu", cpu_flags(ZEN3), no_looking).dtype == "float32"
+    assert choose_dtype("bfloat16", "tpu", cpu_flags(SAPPHIRE_RAPIDS), no_looking).dtype == "bfloat16"
+    assert choose_dtype("float32", "cpu", cpu_flags(SAPPHIRE_RAPIDS), no_looking).dtype == "float32"
+
+
+@pytest.mark.parametrize(("dtype", "platform", "activations"), [
+    ("bfloat16", "cpu", "float32"), ("float32", "cpu", "float32"), ("bfloat16", "tpu", "bfloat16"),
+    ("bfloat16", "gpu", "bfloat16"), ("float32", "gpu", "float32"),
+])  # fmt: skip
+def test_activations_are_float32_on_a_cpu_and_the_compute_dtype_elsewhere(dtype, platform, activations):
+    assert activation_dtype(dtype, platform) == activations
 
 
 @pytest.mark.parametrize("platform", ["gpu", "tpu"])

@@ -16,11 +16,13 @@ import shutil
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
 from kernels import encoders
+from kernels.dense import unavailable
 from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 from pipeline.text.tokenizer import Tokenizer
@@ -348,3 +350,27 @@ def test_other_options_not_implemented_are_refused(name, change, message):
     config = json.loads((FIXTURES / name / "config.json").read_text())
     with pytest.raises(encoders.UnsupportedModel, match=message):
         encoders.config_from_hf(config | change)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bfloat16_projections_on_onednn_equal_xlas(name):
+    """bfloat16 weights, float32 activations, as a CPU runs bfloat16: the oneDNN kernel computes what XLA's
+    dots compute (the same rounded operands, float32 sums), through each family's biases, activation and
+    gated or plain MLP; and both stay near transformers' float32."""
+    why = unavailable("onednn")
+    if why is not None:
+        pytest.skip(f"oneDNN kernel: {why}")
+    m = load(name)
+    params = encoders.cast_params(m.params, jnp.bfloat16, jnp.float32)
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden = {
+        impl: np.asarray(
+            jax.jit(lambda p, i, s, q, impl=impl: encoders.forward(p, i, s, q, m.spec.arch, dense_impl=impl))(
+                params, ids_BT, segments_BT, positions_BT
+            )
+        )
+        for impl in ("xla", "onednn")
+    }
+    for i, n in enumerate(m.ref["lengths"]):
+        assert cosine(hidden["onednn"][i, :n], hidden["xla"][i, :n]) >= COSINE, (i, n)
+        assert cosine(hidden["onednn"][i, :n], m.hidden(i)) >= 0.999, (i, n)

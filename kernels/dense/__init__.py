@@ -1,0 +1,41 @@
+"""Dense projections behind one contract: the encoder's matmuls with their bias and activation.
+
+    dense(x, w, bias=None, *, contract=1, activation=None, out_dtype=None, impl="auto")
+    unavailable(impl) -> why `impl` cannot run in this process, or None
+
+    y[..., N...] = activation(x[..., K...] @ w[K..., N...] + bias[N...])
+
+x's trailing `contract` axes are contracted with w's leading ones. The operands
+are rounded to w's dtype (the dtype the weights were cast to), products are
+accumulated in float32, and bias and activation apply to the float32 result,
+which is returned in `out_dtype` (default x's). So bfloat16 weights under
+float32 activations mean bfloat16 multiplies and float32 everything else.
+
+Implementations (`IMPLS`): xla (`jnp.tensordot`, the reference: XLA's dot on
+every platform) and onednn (oneDNN's matmul through `jax.ffi`, CPU only,
+bfloat16 weights: XLA:CPU computes bfloat16 dots in float32, oneDNN on the
+CPU's bfloat16 dot instructions). `auto` picks onednn where it can run and
+xla elsewhere, and logs its choice once.
+
+Activations, by the names `kernels.encoders` gives config.json's: gelu
+(exact, erf), gelu_tanh, relu, silu.
+"""
+
+import importlib
+
+from kernels.dense._library import IMPLS, unavailable
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+
+# Imported on first use (PEP 562): `unavailable` is all a job's driver needs, and JAX would cost it
+# seconds of start-up and a hundred MB.
+_LAZY = {"dense": "kernels.dense._dispatch"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ACTIVATIONS", "IMPLS", "dense", "unavailable"]
