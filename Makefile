@@ -60,10 +60,11 @@ constraints: install-dev
 # Side-by-side benchmarks need sentence-transformers and PyTorch: they get a venv
 # of their own so that the test venv proves the project runs without PyTorch.
 BENCH_VENV := .venv-bench
-$(BENCH_VENV)/.installed: pyproject.toml
+$(BENCH_VENV)/.installed: pyproject.toml kernels/dense/onednn_dense.cc
 	$(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install $(CONSTRAINTS) -e '.[bench]'
 	$(BENCH_VENV)/bin/python -m pip --disable-pip-version-check -q install --no-deps $(DEFAULT_MODEL)
+	$(BENCH_VENV)/bin/python -m kernels.dense.build
 	touch $@
 
 # fastembed, a peer of bench/peers.py, pins huggingface_hub below 2 (the project needs 2.4+): a venv of its own.

@@ -1,6 +1,6 @@
 """End-to-end job throughput against the encoder alone on the same token windows.
 
-    .venv/bin/python bench/pipeline.py [--copies N] [--input DIR] [--rounds N] [--packing on|off]
+    .venv/bin/python bench/pipeline.py [--copies N] [--input DIR] [--rounds N] [--packing on|off] [--dtype D]
 
 The corpus is the bundled samples (or --input) copied N times, so that the
 job's fixed costs (Ray start, actor start, compilation) are spread as they are
@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 from corpus import corpus_copies  # noqa: E402  (bench/corpus.py)
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
+from kernels.compute_dtype import DTYPES  # noqa: E402
 from pipeline import JobConfig, run_job  # noqa: E402
 from pipeline.encode.encoder import Encoder, EncoderConfig  # noqa: E402
 from pipeline.encode.model_dir import resolve  # noqa: E402
@@ -45,10 +46,11 @@ def main() -> None:
     p.add_argument("--overlap", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3, help="job and encoder-alone rounds, alternating")
     p.add_argument("--packing", choices=("on", "off"), default="on")
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="the encoder's, in the job and alone")
     p.add_argument("--pdf-extractor", default="auto", choices=("auto", *PDF_EXTRACTORS))
     a = p.parse_args()
     extractor = resolve_extractor(a.pdf_extractor)
-    encoder_cfg = EncoderConfig(packing=a.packing == "on")
+    encoder_cfg = EncoderConfig(packing=a.packing == "on", dtype=a.dtype)
 
     print(cpu_description())
     rows = []  # per round: job wall, job's encoder span, encoder alone, padding, programs
@@ -96,7 +98,8 @@ def main() -> None:
 
     print(
         f"corpus: {a.input} x{a.copies}: {report.inputs} inputs, {report.chunks} chunks, {tokens} tokens; "
-        f"PDF extractor {extractor}; packing {a.packing}; {a.rounds} rounds alternating job and encoder alone"
+        f"PDF extractor {extractor}; packing {a.packing}; dtype {a.dtype} asked, {encoder.dtype} ran; "
+        f"{a.rounds} rounds alternating job and encoder alone"
     )
     print(
         f"padding efficiency: job {rows[-1][3]:.1%} with {rows[-1][4]} programs, "

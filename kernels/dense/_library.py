@@ -12,8 +12,9 @@ from kernels.compute_dtype import cpu_flags
 IMPLS = ("xla", "onednn")
 
 SOURCE = Path(__file__).with_name("onednn_dense.cc")
-# Built by `make install` (python -m kernels.dense.build), beside its source, never committed.
-LIBRARY = Path(__file__).with_name("libdocembed_dense.so")
+# Built by `make install` (python -m kernels.dense.build) into this environment, beside the
+# oneDNN library it links: each virtualenv has its own.
+LIBRARY = Path(sys.prefix) / "lib" / "libdocembed_dense.so"
 
 
 def builds_here() -> str | None:

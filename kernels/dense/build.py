@@ -2,7 +2,7 @@
 
 Compiles onednn_dense.cc with the system's g++ against JAX's FFI headers
 (`jax.ffi.include_dir()`) and the oneDNN of this environment (`onednn-cpu-gomp`
-and its headers, `onednn-devel-cpu-gomp`), into kernels/dense/libdocembed_dense.so.
+and its headers, `onednn-devel-cpu-gomp`), into this environment's lib/.
 On any x86-64 Linux with g++, whatever its CPU: whether the kernel can run is
 decided when it is called (`kernels.dense.unavailable`). Elsewhere it says so
 and builds nothing, and the encoders use XLA's dots.

@@ -5,7 +5,8 @@
     shapes = param_shapes(tensor_shapes, cfg)  # the same pytree's shapes, from the checkpoint's shapes alone
     hidden_BTD = forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=..., rules=...)
     pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # mean / cls / lasttoken per segment
-    param_axes(params), cast_params(params, dtype), normalize(x), check_window(cfg, n_tokens)
+    param_axes(params), cast_params(params, dtype, activations), normalize(x), check_window(cfg, n_tokens)
+    bfloat16_as_bits(params["layers"])         # how forward scans bfloat16 weights on a CPU; store them so
     init_params(cfg)                           # random weights in the same layout, for benchmarks
 
 Each family module reads its config.json layouts and tensor names into the
@@ -40,7 +41,10 @@ from kernels.encoders._config import (
 # Imported on first use (PEP 562): reading and checking a model, above, is all a job's driver does, and JAX
 # would cost it seconds of start-up and a hundred MB.
 _LAZY = {
-    **dict.fromkeys(("cast_params", "forward", "init_params", "logical", "param_axes"), "kernels.encoders._blocks"),
+    **dict.fromkeys(
+        ("bfloat16_as_bits", "cast_params", "forward", "init_params", "logical", "param_axes"),
+        "kernels.encoders._blocks",
+    ),
     **dict.fromkeys(("POOLING_MODES", "normalize", "pool"), "kernels.encoders._pooling"),
 }
 
@@ -130,6 +134,7 @@ __all__ = [
     "Rope",
     "UnsupportedModel",
     "WindowTooLong",
+    "bfloat16_as_bits",
     "cast_params",
     "check_window",
     "config_from_hf",

@@ -59,6 +59,7 @@ class Encoder:
         activations = activation_dtype(self.dtype, devices[0].platform)
 
         params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype), jnp.dtype(activations))
+        params["layers"] = encoders.bfloat16_as_bits(params["layers"])  # as forward scans them
         param_axes = encoders.param_axes(params)
         try:
             sharding.check_divisible(params, param_axes, rules, self.mesh)
