@@ -87,10 +87,11 @@ class Window:
     """The read's window in groups, sized to what the encoder calls really take once groups commit.
 
     Before any commit the window assumes the most files a call may hold (`call_files`: tiny files, 16 to a
-    pack), so the first calls never wait for it. That bound is 3 calls of 4,096 files on a 2-core CPU, which
-    a corpus of PDFs (about 24 to a call) never reaches: the read then ran through the whole record, and the
-    chunk stage's packs of every PDF queued in front of the encoder, each queued block holding some 50 KiB of
-    Ray Data's and Ray's state on the driver (docs/scale.md). So the committed groups' tokens per file (all
+    pack), so the first calls never wait for it; a group of PDFs, that each fills at least one pack (the
+    read's `pdf_window`). That bound is 3 calls of 4,096 files on a 2-core CPU, which a corpus of PDFs
+    (about 24 to a call) never reaches: the read then ran through the whole record, and the chunk stage's
+    packs of every PDF queued in front of the encoder, each queued block holding some 35 KiB of Ray Data's
+    and Ray's state on the driver (docs/scale.md). So the committed groups' tokens per file (all
     of them so far: a sorted listing's neighbours are alike, and one odd group moves it little) say how many
     files a call of `call_tokens` takes, never more than the bound. A stretch of files bigger than the mean
     holds more calls in flight; smaller ones make the read wait for a commit, or at worst for the feed's
@@ -244,7 +245,8 @@ class RecordedInputs(Datasource):
 
     `done`: groups a rerun keeps (their rows are skipped); `unit_bytes`: the
     driver's `shards.UNIT_BYTES` (tests lower it); `window`: groups the read may
-    keep ahead of the commits that the driver reports to `feed`.
+    keep ahead of the commits that the driver reports to `feed`, until the
+    driver sends its own (`Window`); `pdf_window`: the same for a group of PDFs.
     """
 
     def __init__(
@@ -255,9 +257,10 @@ class RecordedInputs(Datasource):
         fields: ShardFields,
         unit_bytes: int,
         window: int,
+        pdf_window: int | None = None,
     ):
         self.output, self.feed, self.done = output, feed, done
-        self.fields, self.unit_bytes, self.window = fields, unit_bytes, window
+        self.fields, self.unit_bytes, self.window, self.pdf_window = fields, unit_bytes, window, pdf_window
 
     def get_name(self) -> str:
         return READ_NAME
@@ -280,8 +283,9 @@ class RecordedInputs(Datasource):
             for block in work_blocks(todo, self._plan):
                 block_group = block.column("group")[0].as_py()
                 if block_group != group:  # a group's blocks come one after another
-                    # Asked at each group: the driver may have narrowed the window since (`Window`).
-                    ray.get(self.feed.room.remote(started, self.window))
+                    # Asked at each group: the driver may have sized the window since (`Window`).
+                    pdfs = self.pdf_window is not None and block.column("kind")[0].as_py() == "pdf"
+                    ray.get(self.feed.room.remote(started, self.pdf_window if pdfs else self.window))
                     group, started = block_group, started + 1
                 yield block
             k += 1

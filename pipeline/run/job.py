@@ -45,7 +45,7 @@ from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.allocator import limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
-from pipeline.run.feed import RecordedInputs, Recorder, Window, read_recorded
+from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import ListingFailed, ListingFeed
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
@@ -258,7 +258,12 @@ def _run_on_ray(
     # files.
     call_packs = encode_call_rows(placement, cfg.encoder)
     window = Window(call_packs * chunking.max_tokens, call_packs * CHUNK_BATCH, placement.actors, cfg.group_size)
-    source = RecordedInputs(cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window.groups)
+    # Until a group commits, a PDF is taken to fill at least one pack (a window of tokens; a page of prose is
+    # about two): the most files a call may hold would let 12,288 PDFs into the stages before the first commit.
+    pdf_window = in_flight_groups(call_packs, placement.actors, cfg.group_size)
+    source = RecordedInputs(
+        cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window.groups, pdf_window
+    )
     try:
         if pages is not None or ledger.todo:
             recorder.start()

@@ -34,7 +34,7 @@ class ListingFeed:
         self.ended = False
         self.failure: str | None = None
         self.committed = 0  # groups done, those a rerun kept included
-        self.window: int | None = None  # the driver's window once groups have committed (`commit`)
+        self.window: int | None = None  # the driver's window once groups have committed (`commit`), for any group
         self.changed = asyncio.Condition()
 
     async def recorded(self, parts: int) -> None:
@@ -49,17 +49,17 @@ class ListingFeed:
             self.changed.notify_all()
 
     async def commit(self, groups: int, window: int | None = None) -> None:
-        """`groups` are committed; `window`: the driver's narrower window, sized from what committed groups held."""
+        """`groups` are committed; `window`: the driver's window, sized from what the committed groups held."""
         async with self.changed:
             self.committed = groups
             self.window = window or self.window
             self.changed.notify_all()
 
     async def room(self, started: int, window: int) -> int:
-        """Waits until fewer than `window` (or the driver's narrower window) of the `started` groups are
+        """Waits until fewer than `window` (the driver's window, once it sent one) of the `started` groups are
         uncommitted, or until `stall_seconds` pass without a commit; returns the groups committed."""
         async with self.changed:
-            while started - self.committed >= min(window, self.window or window):
+            while started - self.committed >= (self.window or window):
                 if not await self._next_commit():
                     break
         return self.committed
