@@ -25,7 +25,9 @@ make blocks of a few KiB: without the window the read ran through the whole
 record at once, and the driver held Ray Data's state for every queued block
 (~40 KiB each; 400 blocks queued before the encoder at 32k tiny files). The
 window is sized in encoder calls (`in_flight_groups`) so that the encoder never
-waits for it. A window can never deadlock the job for good: a read that finds
+waits for it: at first in the most files a call may hold, then in the files the
+committed groups show a call to take (`Window`), which for PDFs is a hundred
+times fewer. A window can never deadlock the job for good: a read that finds
 it full and sees no commit for a while (`ListingFeed.room`) lets one more group
 through (a stage that batches rows, waiting for rows that a full window keeps
 back, would otherwise wait for ever).
@@ -79,6 +81,36 @@ def in_flight_groups(call_files: int, actors: int, group_size: int) -> int:
     the most files an encoder call may hold. Tiny files at 64 a group, one 2-core CPU encoder (calls of 128
     packs of at most 16 files): 96 groups."""
     return max(2, -(-IN_FLIGHT_CALLS * call_files * actors // group_size))
+
+
+class Window:
+    """The read's window in groups, sized to what the encoder calls really take once groups commit.
+
+    Before any commit the window assumes the most files a call may hold (`call_files`: tiny files, 16 to a
+    pack), so the first calls never wait for it; a group of PDFs, that each fills at least one pack (the
+    read's `pdf_window`). That bound is 3 calls of 4,096 files on a 2-core CPU, which a corpus of PDFs
+    (about 24 to a call) never reaches: the read then ran through the whole record, and the chunk stage's
+    packs of every PDF queued in front of the encoder, each queued block holding some 35 KiB of Ray Data's
+    and Ray's state on the driver (docs/scale.md). So the committed groups' tokens per file (all
+    of them so far: a sorted listing's neighbours are alike, and one odd group moves it little) say how many
+    files a call of `call_tokens` takes, never more than the bound. A stretch of files bigger than the mean
+    holds more calls in flight; smaller ones make the read wait for a commit, or at worst for the feed's
+    stall, and never lose work.
+    """
+
+    def __init__(self, call_tokens: int, call_files: int, actors: int, group_size: int):
+        self.call_tokens, self.call_files, self.actors, self.group_size = call_tokens, call_files, actors, group_size
+        self.groups = in_flight_groups(call_files, actors, group_size)
+        self.docs = self.tokens = 0  # of the groups committed in this run
+
+    def committed(self, counts: dict) -> int:
+        """A committed group's counts (docs_ok, docs_failed, tokens) -> the window now."""
+        self.docs += counts["docs_ok"] + counts["docs_failed"]
+        self.tokens += counts["tokens"]
+        if self.tokens:
+            files = max(1, min(self.call_files, self.call_tokens * self.docs // self.tokens))
+            self.groups = in_flight_groups(files, self.actors, self.group_size)
+        return self.groups
 
 
 class Recorder:
@@ -213,7 +245,8 @@ class RecordedInputs(Datasource):
 
     `done`: groups a rerun keeps (their rows are skipped); `unit_bytes`: the
     driver's `shards.UNIT_BYTES` (tests lower it); `window`: groups the read may
-    keep ahead of the commits that the driver reports to `feed`.
+    keep ahead of the commits that the driver reports to `feed`, until the
+    driver sends its own (`Window`); `pdf_window`: the same for a group of PDFs.
     """
 
     def __init__(
@@ -224,9 +257,10 @@ class RecordedInputs(Datasource):
         fields: ShardFields,
         unit_bytes: int,
         window: int,
+        pdf_window: int | None = None,
     ):
         self.output, self.feed, self.done = output, feed, done
-        self.fields, self.unit_bytes, self.window = fields, unit_bytes, window
+        self.fields, self.unit_bytes, self.window, self.pdf_window = fields, unit_bytes, window, pdf_window
 
     def get_name(self) -> str:
         return READ_NAME
@@ -241,7 +275,7 @@ class RecordedInputs(Datasource):
     def _blocks(self) -> Iterator[pa.Table]:
         done = pa.array(sorted(self.done), pa.string())
         # Groups counted as the driver counts its commits: those the rerun kept, then each one started here.
-        started = committed = len(self.done)
+        started = len(self.done)
         group, k = None, 0
         while ray.get(self.feed.wait_for.remote(k)):
             part = inputs.read_part(self.output, k)
@@ -249,8 +283,9 @@ class RecordedInputs(Datasource):
             for block in work_blocks(todo, self._plan):
                 block_group = block.column("group")[0].as_py()
                 if block_group != group:  # a group's blocks come one after another
-                    if started - committed >= self.window:
-                        committed = ray.get(self.feed.room.remote(started, self.window))
+                    # Asked at each group: the driver may have sized the window since (`Window`).
+                    pdfs = self.pdf_window is not None and block.column("kind")[0].as_py() == "pdf"
+                    ray.get(self.feed.room.remote(started, self.pdf_window if pdfs else self.window))
                     group, started = block_group, started + 1
                 yield block
             k += 1

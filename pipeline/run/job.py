@@ -43,8 +43,9 @@ from pipeline.output.groups import GroupCutter
 from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
+from pipeline.run.allocator import limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
-from pipeline.run.feed import RecordedInputs, Recorder, in_flight_groups, read_recorded
+from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import ListingFailed, ListingFeed
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
@@ -155,6 +156,7 @@ def _init_ray(verbosity: str) -> bool:
 def run(cfg: JobConfig) -> RunReport | None:
     """Runs the job. Returns its report, or None when `cfg.output` already holds a finished run."""
     started = time.time()
+    limit_arenas()  # before Ray's threads start: the driver's memory per file (pipeline.run.allocator)
     spec = model_dir.resolve(cfg.model)
     prompt = spec.prompt_text(cfg.prompt)
     tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)
@@ -252,9 +254,16 @@ def _run_on_ray(
     tally = _on_this_node(RunTallyActor, name=tally_name)
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
-    # A pack holds the chunks of one chunk-stage call, so at most CHUNK_BATCH files.
-    window = in_flight_groups(encode_call_rows(placement, cfg.encoder) * CHUNK_BATCH, placement.actors, cfg.group_size)
-    source = RecordedInputs(cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window)
+    # A pack is about one window of tokens and holds the chunks of one chunk-stage call, so at most CHUNK_BATCH
+    # files.
+    call_packs = encode_call_rows(placement, cfg.encoder)
+    window = Window(call_packs * chunking.max_tokens, call_packs * CHUNK_BATCH, placement.actors, cfg.group_size)
+    # Until a group commits, a PDF is taken to fill at least one pack (a window of tokens; a page of prose is
+    # about two): the most files a call may hold would let 12,288 PDFs into the stages before the first commit.
+    pdf_window = in_flight_groups(call_packs, placement.actors, cfg.group_size)
+    source = RecordedInputs(
+        cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window.groups, pdf_window
+    )
     try:
         if pages is not None or ledger.todo:
             recorder.start()
@@ -264,7 +273,7 @@ def _run_on_ray(
 
             stages = lambda: ray.get(tally.stages.remote())  # noqa: E731
             with progress_shown(cfg.verbosity, update, started=started, stages=stages):
-                _run_groups(graph.dataset(source), report, ledger, recorder)
+                _run_groups(graph.dataset(source), report, ledger, recorder, window)
         encoders, stages = ray.get([tally.encoders.remote(), tally.stages.remote()])
     finally:
         recorder.stop()
@@ -302,20 +311,21 @@ def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:
     return actor_class.options(scheduling_strategy=node, **options).remote()
 
 
-def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorder: Recorder) -> None:
+def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorder: Recorder, window: Window) -> None:
     """Streams the groups through the stages as the listing is recorded; the ledger marks each group done as its
-    last part lands. A failed listing stops the stages (its read fails) and is raised as itself."""
+    last part lands, and the read's window follows what the committed groups held. A failed listing stops the
+    stages (its read fails) and is raised as itself."""
     summaries = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
     with _storage_failures_in_one_line():
         try:
             for summary in summaries:
                 rows = summary.to_pylist()
                 report.add_summaries(rows)
-                done = ledger.done
-                for row in rows:
-                    ledger.add(row)
-                if ledger.done != done:  # the read may go on: its window counts commits
-                    recorder.feed.commit.remote(ledger.done)
+                markers = [m for m in map(ledger.add, rows) if m is not None]
+                for marker in markers:
+                    window.committed(marker["counts"])
+                if markers:  # the read may go on: its window counts commits
+                    recorder.feed.commit.remote(ledger.done, window.groups)
         except Interrupted:
             summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
             recorder.stop()

@@ -34,6 +34,7 @@ class ListingFeed:
         self.ended = False
         self.failure: str | None = None
         self.committed = 0  # groups done, those a rerun kept included
+        self.window: int | None = None  # the driver's window once groups have committed (`commit`), for any group
         self.changed = asyncio.Condition()
 
     async def recorded(self, parts: int) -> None:
@@ -47,16 +48,18 @@ class ListingFeed:
             self.ended, self.failure = True, failure
             self.changed.notify_all()
 
-    async def commit(self, groups: int) -> None:
+    async def commit(self, groups: int, window: int | None = None) -> None:
+        """`groups` are committed; `window`: the driver's window, sized from what the committed groups held."""
         async with self.changed:
             self.committed = groups
+            self.window = window or self.window
             self.changed.notify_all()
 
     async def room(self, started: int, window: int) -> int:
-        """Waits until fewer than `window` of the `started` groups are uncommitted, or until `stall_seconds` pass
-        without a commit; returns the groups committed."""
+        """Waits until fewer than `window` (the driver's window, once it sent one) of the `started` groups are
+        uncommitted, or until `stall_seconds` pass without a commit; returns the groups committed."""
         async with self.changed:
-            while started - self.committed >= window:
+            while started - self.committed >= (self.window or window):
                 if not await self._next_commit():
                     break
         return self.committed

@@ -15,7 +15,7 @@ from ray.data._internal.logical.optimizers import get_physical_ruleset  # privat
 from pipeline.io.shards import UNIT_BYTES, ShardFields
 from pipeline.output import inputs
 from pipeline.output.groups import record_groups, work_blocks
-from pipeline.run.feed import BlocksAsYielded, RecordedInputs, read_recorded
+from pipeline.run.feed import BlocksAsYielded, RecordedInputs, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import ListingFeed
 
 from support import listing, text_files
@@ -94,6 +94,43 @@ def test_the_read_stays_a_window_of_groups_ahead_of_the_commits(tmp_path):
     ray.get(feed.commit.remote(len(expected)))
     consumer.join(timeout=120)
     assert len(arrived) == len(expected) == 6
+
+
+def test_the_drivers_narrower_window_holds_the_read_back(tmp_path):
+    """The window the driver sends with a commit (`Window`, from what committed groups held) binds the read,
+    though the read's own window, the most files a call may hold, is far wider: PDFs queued in front of the
+    encoder otherwise, the whole corpus and Ray Data's state for each of its blocks on the driver."""
+    expected = _recorded(tmp_path, 24, 4)
+    feed = ListingFeed.remote(stall_seconds=600)
+    ray.get([feed.recorded.remote(1), feed.end.remote(), feed.commit.remote(0, 2)])
+    arrived, first = [], threading.Event()
+
+    def consume():
+        for block in _source(str(tmp_path), feed, window=1000).iter_batches(batch_size=None):
+            arrived.append(block)
+            first.set()
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    assert first.wait(timeout=120)
+    time.sleep(3)  # with the read's own window, the other groups' blocks would come now
+    assert 1 <= len(arrived) <= 2
+    ray.get(feed.commit.remote(len(expected)))
+    consumer.join(timeout=120)
+    assert len(arrived) == len(expected) == 6
+
+
+def test_the_window_follows_the_tokens_per_file_of_the_committed_groups():
+    # One 2-core CPU encoder: calls of 256 packs of 256 tokens, at most 16 files a pack; groups of 64.
+    window = Window(call_tokens=256 * 256, call_files=256 * 16, actors=1, group_size=64)
+    assert window.groups == in_flight_groups(256 * 16, 1, 64) == 192  # before any commit: the most files
+    tiny = {"docs_ok": 64, "docs_failed": 0, "tokens": 64 * 17}
+    assert window.committed(tiny) == 181  # 17-token notes: a call's 65,536 tokens are 3,855 of them
+    pdfs = {"docs_ok": 63, "docs_failed": 1, "tokens": 64 * 2700}
+    window = Window(call_tokens=256 * 256, call_files=256 * 16, actors=1, group_size=64)
+    assert window.committed(pdfs) == 2  # 24 PDFs of 2,700 tokens to a call: 3 calls are 72 files
+    failed = {"docs_ok": 0, "docs_failed": 64, "tokens": 0}
+    assert Window(256 * 256, 256 * 16, 1, 64).committed(failed) == 192  # no tokens yet: nothing to go by
 
 
 def test_a_full_window_without_commits_stalls_then_lets_the_next_group_through(tmp_path):

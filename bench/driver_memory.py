@@ -1,0 +1,132 @@
+"""Where the driver's memory goes over a run: the job in this process, its memory sampled each second.
+
+    .venv/bin/python bench/driver_memory.py --pdfs 300 [--pdf-layers 1] [--trace] [--json out.json]
+    .venv/bin/python bench/driver_memory.py --files 16000
+
+`bench/scale.py` gives the driver's peak RSS against corpus size; this says
+what it is made of. Every second: RSS, glibc's memory in use and free in its
+arenas (`mallinfo2`), and the blocks queued in front of each Ray Data
+operator. At the end of the stream: the blocks and tasks of each operator,
+Python's traced memory (`--trace`: tracemalloc from the start, by file), and
+glibc's in-use and free memory. Run it at two corpus sizes: what grows with
+the corpus is the difference. Linux (glibc) only. Never run as a test;
+results go in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from machine import cpu_description  # noqa: E402
+from scale import cut_model, pdf_corpus, tiny_corpus  # noqa: E402
+
+import pipeline.run.job as job  # noqa: E402
+from pipeline.options import parse_job_args  # noqa: E402
+
+MALLINFO2 = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+
+
+class Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in MALLINFO2]  # glibc's struct mallinfo2, in its order
+
+
+LIBC = ctypes.CDLL("libc.so.6")
+LIBC.mallinfo2.restype = Mallinfo2
+
+
+def glibc_mb() -> tuple[float, float]:
+    """(in use, free) in glibc's arenas, MB; memory mapped for big blocks apart."""
+    info = LIBC.mallinfo2()
+    return info.uordblks / 2**20, info.fordblks / 2**20
+
+
+def queues(ds) -> dict[str, int]:
+    """Blocks queued in front of each operator of the running dataset (Ray Data's private executor state)."""
+    executor = getattr(ds, "_current_executor", None) if ds is not None else None
+    topology = dict(getattr(executor, "_topology", None) or {})
+    return {op.name: state.total_enqueued_input_blocks() for op, state in topology.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pdfs", type=int, default=0, help="the 31 real PDFs hard-linked to this many files")
+    ap.add_argument("--files", type=int, default=0, help="tiny .txt files (bench/scale.py's corpus)")
+    ap.add_argument("--pdf-layers", type=int, default=1, help="PDF runs on the bundled model cut to N layers")
+    ap.add_argument("--trace", action="store_true", help="tracemalloc from the start (slows the driver)")
+    ap.add_argument("--json", help="write every sample here")
+    args = ap.parse_args()
+
+    process, samples, found, stop = psutil.Process(), [], {}, threading.Event()
+    started = time.time()
+
+    def sample() -> None:
+        while not stop.is_set():
+            used, free = glibc_mb()
+            rss = process.memory_info().rss / 2**20
+            samples.append((round(time.time() - started, 1), round(rss, 1), round(used, 1), round(free, 1)))
+            samples[-1] += (queues(found.get("ds")),)
+            time.sleep(1)
+
+    run_groups = job._run_groups
+
+    def observed(ds, *rest) -> None:  # the stream, then what the driver holds at its end
+        found["ds"] = ds
+        run_groups(ds, *rest)
+        ops = getattr(ds._current_executor, "_topology", None) or {}
+        found["ops"] = {
+            op.name: [len(getattr(op, "_output_blocks_stats", [])), op.metrics.num_tasks_submitted] for op in ops
+        }
+        found["glibc_mb"] = glibc_mb()
+        if tracemalloc.is_tracing():
+            found["traced_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
+            top = tracemalloc.take_snapshot().statistics("filename")[:8]
+            found["traced_top"] = [(str(s.traceback), round(s.size / 2**10)) for s in top]
+
+    job._run_groups = observed
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        argv = ["--output", str(tmp / "out"), "--quiet"]
+        if args.pdfs:
+            argv += ["--input", str(pdf_corpus(tmp / "in", args.pdfs))]
+            argv += ["--model", str(cut_model(args.pdf_layers, tmp / "model"))]
+        else:
+            argv += ["--input", str(tiny_corpus(tmp / "in", args.files))]
+        cfg = parse_job_args(argv, "", "driver_memory")
+        threading.Thread(target=sample, daemon=True).start()
+        if args.trace:
+            tracemalloc.start()
+        job.run(cfg)
+        stop.set()
+        success = json.loads((tmp / "out" / "_SUCCESS").read_text())
+
+    peak = max(s[1] for s in samples)
+    print(f"# bench/driver_memory.py on {cpu_description()}, {time.strftime('%Y-%m-%d')}")
+    print(f"{args.pdfs or args.files} {'PDFs' if args.pdfs else 'tiny files'}, wall {success['wall_seconds']:.0f} s")
+    print(
+        f"driver peak RSS {peak:.1f} MB; at the stream's end glibc in use / free {found['glibc_mb'][0]:.1f} / "
+        f"{found['glibc_mb'][1]:.1f} MB"
+    )
+    print("Ray Data blocks, tasks per operator: " + ", ".join(f"{k} {v[0]}, {v[1]}" for k, v in found["ops"].items()))
+    if "traced_mb" in found:
+        print(f"Python traced {found['traced_mb']:.1f} MB; top files (KiB): {found['traced_top']}")
+    for s in samples[:: max(1, len(samples) // 12)]:
+        print(f"  {s[0]:>6} s  RSS {s[1]} MB  glibc in use {s[2]}  free {s[3]}  queued {s[4]}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"samples": samples, **found}, default=str))
+
+
+if __name__ == "__main__":
+    main()
