@@ -6,11 +6,13 @@
 float32 always runs as asked. bfloat16 runs as asked on GPU and TPU (their
 matrix units take it). On a CPU it runs where the CPU has bfloat16 dot-product
 instructions (`BF16_DOT_FLAGS`) and the oneDNN matmul kernel that uses them is
-there (`kernels.dense`): XLA:CPU has no bfloat16 dot of its own and computes
-each one in float32, with converts of the weights and activations around it
-(the optimized HLO shows `f32 dot`s fed by `convert`s), so through XLA alone
-bfloat16 would cost rounding and the converts and save nothing
-(docs/accelerators.md, BENCHMARKS.md). Elsewhere it runs float32, and says why.
+there (`kernels.dense`), the path measured to pay. XLA:CPU computes a dot with a
+bfloat16 result in float32, with converts of the weights and activations
+around it (the optimized HLO shows `f32 dot`s fed by `convert`s), which made
+the old bfloat16 program slower than float32; a bfloat16 dot with a float32
+result it runs natively (YNNPACK), which was measured only on a CPU with the
+kernel (docs/accelerators.md, BENCHMARKS.md). Elsewhere it runs float32, and
+says why.
 
 On a CPU, bfloat16 means bfloat16 matmul operands (the weights, and each
 matmul's input rounded to them), accumulated in float32, with the activations,

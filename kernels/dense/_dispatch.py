@@ -55,7 +55,7 @@ def choose(w_dtype, out_dtype, impl: str = "auto") -> str:
         _log_once("dense: onednn, bfloat16 matmuls on oneDNN")
         return "onednn"
     if on_cpu_bf16:
-        _log_once(f"dense: xla, bfloat16 dots computed in float32: onednn cannot run: {why}")
+        _log_once(f"dense: xla, onednn cannot run: {why}")
     return "xla"
 
 

@@ -3,8 +3,8 @@
 //
 // x and w are bfloat16, accumulation is float32, and bias, activation and the rounding to y's
 // dtype (float32 or bfloat16) are applied to the float32 accumulator, as oneDNN's post-ops.
-// XLA:CPU computes every bfloat16 dot in float32 (docs/accelerators.md); oneDNN runs this one
-// on the CPU's bfloat16 dot instructions (avx512_bf16, AMX).
+// oneDNN runs it on the CPU's bfloat16 dot instructions (avx512_bf16, AMX), with the bias, the
+// activation and a bfloat16 result fused into the one call (docs/accelerators.md).
 //
 // Each XLA device thread calls in with `threads` of the cores: the OpenMP team size is a
 // setting of the calling thread, so devices side by side do not oversubscribe the cores.
