@@ -5,14 +5,13 @@
 
 float32 always runs as asked. bfloat16 runs as asked on GPU and TPU (their
 matrix units take it). On a CPU it runs where the CPU has bfloat16 dot-product
-instructions (`BF16_DOT_FLAGS`) and the oneDNN matmul kernel that uses them is
-there (`kernels.dense`), the path measured to pay. XLA:CPU computes a dot with a
-bfloat16 result in float32, with converts of the weights and activations
-around it (the optimized HLO shows `f32 dot`s fed by `convert`s), which made
-the old bfloat16 program slower than float32; a bfloat16 dot with a float32
-result it runs natively (YNNPACK), which was measured only on a CPU with the
-kernel (docs/accelerators.md, BENCHMARKS.md). Elsewhere it runs float32, and
-says why.
+instructions (`BF16_DOT_FLAGS`): the projections then run on the oneDNN matmul
+kernel (`kernels.dense`) where it is built, and on XLA's own dots where it is
+not. XLA:CPU runs a bfloat16 dot with a float32 result natively (YNNPACK);
+on an AMD EPYC Zen 4 that alone gave 1.47-1.51x of float32, the kernel
+1.54-1.63x (BENCHMARKS.md). A CPU without those instructions runs float32,
+and says why: its bfloat16 arithmetic is float32 arithmetic with conversions
+around it (the old all-bfloat16 program ran at 0.71x of float32 on a Zen 3).
 
 On a CPU, bfloat16 means bfloat16 matmul operands (the weights, and each
 matmul's input rounded to them), accumulated in float32, with the activations,
@@ -72,7 +71,8 @@ def choose_dtype(
     """The dtype an encoder runs for `requested` ("float32" or "bfloat16") on `platform` ("cpu", "gpu",
     "tpu"). `flags`: the CPU's feature flags (default: `cpu_flags()`, read only on a CPU asked bfloat16).
     `kernel_missing() -> why the CPU's bfloat16 matmul kernel is missing, or None`: default
-    `kernels.dense`'s, asked only on a CPU with bfloat16 dot instructions asked bfloat16."""
+    `kernels.dense`'s, asked only on a CPU with bfloat16 dot instructions asked bfloat16, to say
+    where the matmuls run."""
     if requested not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {requested!r}")
     if requested == "float32":
@@ -85,23 +85,18 @@ def choose_dtype(
         return DtypeChoice(
             requested,
             "float32",
-            f"this CPU has no bfloat16 dot instructions ({', '.join(BF16_DOT_FLAGS)}): XLA would compute "
-            "every bfloat16 matmul in float32 with conversions around it, slower than float32 itself",
+            f"this CPU has no bfloat16 dot instructions ({', '.join(BF16_DOT_FLAGS)}): its bfloat16 matmuls "
+            "would be float32 arithmetic with conversions around them, which has not paid (0.71x of float32 "
+            "on an AMD EPYC Zen 3)",
         )
     if kernel_missing is None:
         from kernels.dense._library import kernel_missing  # imported here: it imports this module
     kernel = kernel_missing()
-    if kernel is not None:
-        return DtypeChoice(
-            requested,
-            "float32",
-            f"this CPU has {', '.join(has)}, but {kernel}: XLA alone would compute every bfloat16 matmul "
-            "in float32 with conversions around it, slower than float32 itself",
-        )
+    where = "oneDNN" if kernel is None else f"XLA's dots ({kernel})"
     return DtypeChoice(
         requested,
         "bfloat16",
-        f"bfloat16 as asked: this CPU has {', '.join(has)}; matmuls in bfloat16 on oneDNN, activations in float32",
+        f"bfloat16 as asked: this CPU has {', '.join(has)}; matmuls in bfloat16 on {where}, activations in float32",
     )
 
 
