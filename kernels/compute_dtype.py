@@ -8,8 +8,8 @@ matrix units take it). On a CPU it runs where the CPU has bfloat16 dot-product
 instructions (`BF16_DOT_FLAGS`): the projections then run on the oneDNN matmul
 kernel (`kernels.dense`) where it is built, and on XLA's own dots where it is
 not. XLA:CPU runs a bfloat16 dot with a float32 result natively (YNNPACK);
-on an AMD EPYC Zen 4 that alone gave 1.47-1.51x of float32, the kernel
-1.54-1.63x (BENCHMARKS.md). A CPU without those instructions runs float32,
+on an AMD EPYC Zen 4 that alone gave 1.47-1.54x of float32, the kernel
+1.53-1.63x (BENCHMARKS.md). A CPU without those instructions runs float32,
 and says why: its bfloat16 arithmetic is float32 arithmetic with conversions
 around it (the old all-bfloat16 program ran at 0.71x of float32 on a Zen 3).
 

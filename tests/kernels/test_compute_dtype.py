@@ -66,7 +66,7 @@ def test_bfloat16_on_a_cpu_with_bfloat16_dots_and_the_kernel_runs_bfloat16(cpuin
 
 
 def test_bfloat16_on_a_cpu_with_bfloat16_dots_but_no_kernel_runs_bfloat16_on_xlas_dots():
-    # XLA's bfloat16 dots with a float32 result pay too (1.47-1.51x of float32 on a Zen 4, BENCHMARKS.md).
+    # XLA's bfloat16 dots with a float32 result pay too (1.47-1.54x of float32 on a Zen 4, BENCHMARKS.md).
     choice = choose_dtype("bfloat16", "cpu", cpu_flags(SAPPHIRE_RAPIDS), lambda: "the oneDNN kernel is not built")
     assert choice.dtype == "bfloat16" and not choice.changed
     assert choice.reason == (
