@@ -7,7 +7,6 @@ anything is written. A CPU with bfloat16 dot instructions cannot be had here
 import pytest
 
 import kernels.compute_dtype as dtype_dispatch
-import kernels.dense._library as dense_library
 from pipeline.encode import encoder_config, model_dir
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.output.fingerprint import fingerprint, mismatch
@@ -23,9 +22,8 @@ def spec():
 
 @pytest.fixture
 def cpu_flags(monkeypatch):
-    """Pretends this CPU's flags, with the oneDNN kernel built."""
+    """Pretends this CPU's flags."""
     monkeypatch.setattr(encoder_config, "_warned", set())
-    monkeypatch.setattr(dense_library, "kernel_missing", lambda: None)
     return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
 
 
