@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-# One persistent JAX compilation cache for the whole run, before JAX starts here: both xdist workers (which
-# inherit this process's environment), their child processes and the Ray workers they start share it. The
-# tests compile the same programs many times over (a family's forward pass in several tests, the 8-device
-# children's meshes), and a program is then compiled once and loaded after: tests/kernels took 215 s
-# instead of 240 s on 2 workers (AMD EPYC Zen 4). A cache hands back the executable XLA built, so every
-# check stands; the tests of the product's own cache give it directories of their own. A cache the user
-# set is used as it is.
+# One persistent JAX compilation cache for the whole run, set before JAX starts here: both xdist workers
+# (which inherit this process's environment), their child processes and the jobs' encoder actors (whose
+# default cache is JAX's setting) share it. The tests compile the same programs many times over (a family's
+# forward pass in several tests, the 8-device children's meshes, a job's encoder and the Embedder it is
+# checked against), and a program is then compiled once and loaded after: tests/kernels took 215 s instead
+# of 240 s on 2 workers (AMD EPYC Zen 4). A cache hands back the executable XLA built, so every check
+# stands; the tests of the product's own cache give it directories of their own. A cache the user set is
+# used as it is.
 OWN_JAX_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 if OWN_JAX_CACHE:
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="docembed-tests-jax-")

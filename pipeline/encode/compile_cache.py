@@ -6,7 +6,11 @@ import collections
 import os
 from pathlib import Path
 
-DEFAULT_COMPILE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docembed" / "jax"
+# JAX's own setting when the user made one, so that docembed's programs land where JAX's others do.
+DEFAULT_COMPILE_CACHE = Path(
+    os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docembed" / "jax"
+)
 
 # This process's persistent-cache lookups, from JAX's monitoring events: a restarted
 # actor that reuses the cache shows hits and no misses (each miss compiles afresh).
