@@ -110,6 +110,18 @@ def bad_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str, str]]:
 
 
 @pytest.fixture
+def cpu_flags(monkeypatch):
+    """Pretends this CPU's feature flags, so that the dtype chosen does not depend on the machine the tests
+    run on: `cpu_flags("avx512_bf16", ...)`. What then runs is real: where this CPU can run the oneDNN kernel
+    (built, AVX-512), the bfloat16 projections run on it; elsewhere on XLA's dots (kernels.dense)."""
+    import kernels.compute_dtype as dtype_dispatch
+    from pipeline.encode import encoder_config
+
+    monkeypatch.setattr(encoder_config, "_warned", set())
+    return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
+
+
+@pytest.fixture
 def kernel_env(tmp_path, monkeypatch):
     """A `python3` kernel that is this venv's Python, and Jupyter's and IPython's files kept in tmp_path."""
     spec_dir = tmp_path / "jupyter" / "kernels" / "python3"

@@ -10,12 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import kernels.compute_dtype as dtype_dispatch
 import kernels.dense._dispatch as dense_dispatch
 import kernels.dense._library as dense_library
 from kernels.attention import available_impls
 from pipeline import Embedder
-from pipeline.encode import encoder_config
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
 
@@ -44,15 +42,6 @@ def test_float32_matches_sentence_transformers(embedder, reference):
     cos = cosine(got, expected)
     assert cos.min() >= 0.9999, [texts[i] for i in np.argsort(cos)[:3]]
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-5)
-
-
-@pytest.fixture
-def cpu_flags(monkeypatch):
-    """Pretends this CPU's feature flags, so that the dtype chosen does not depend on the machine the tests
-    run on. What then runs is real: where this CPU can run the oneDNN kernel (built, AVX-512), the bfloat16
-    projections run on it; elsewhere on XLA's dots (kernels.dense)."""
-    monkeypatch.setattr(encoder_config, "_warned", set())
-    return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
 
 
 @pytest.mark.parametrize("dense", ["auto", "xla"])

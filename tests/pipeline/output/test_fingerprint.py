@@ -6,8 +6,7 @@ anything is written. A CPU with bfloat16 dot instructions cannot be had here
 
 import pytest
 
-import kernels.compute_dtype as dtype_dispatch
-from pipeline.encode import encoder_config, model_dir
+from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig
@@ -18,13 +17,6 @@ CHUNKING = ChunkingConfig(max_tokens=256, overlap=16)
 @pytest.fixture(scope="module")
 def spec():
     return model_dir.resolve(None)
-
-
-@pytest.fixture
-def cpu_flags(monkeypatch):
-    """Pretends this CPU's flags."""
-    monkeypatch.setattr(encoder_config, "_warned", set())
-    return lambda *flags: monkeypatch.setattr(dtype_dispatch, "cpu_flags", lambda: frozenset(flags))
 
 
 def manifest(spec, dtype: str, platform: str) -> dict:
