@@ -19,7 +19,7 @@ depend on the encoder's depth, while on 2 cores the whole model makes 10k PDFs
 a run of hours; the rows say which model ran.
 
 The planning-only run drives the job's own listing path (GroupCutter, the
-recorded parts under `_inputs/`, the ledger's per-group account and the feed
+recorded parts under `_inputs/`, the ledger's per-group account and the run's coordinator
 actor) with a generator of `--plan-entries` synthetic entries standing in for
 the store, in this process, and reports its peak RSS and time. Never run as a
 test; results go in BENCHMARKS.md.
@@ -151,7 +151,7 @@ def plan_only(entries: int, out: Path) -> dict:
     from pipeline.output.ledger import Ledger
     from pipeline.output.resume import open_output
     from pipeline.run.feed import Recorder
-    from pipeline.run.listing_feed import ListingFeed
+    from pipeline.run.tally import RunCoordinator
 
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -166,7 +166,7 @@ def plan_only(entries: int, out: Path) -> dict:
     state = open_output(str(out), overwrite=False, manifest={"fingerprint": "bench"})
     ledger = Ledger(str(out), state)
     started = time.perf_counter()
-    recorder = Recorder(str(out), state.record, pages(), GroupCutter(64, "bench"), ledger, ListingFeed.remote())
+    recorder = Recorder(str(out), state.record, pages(), GroupCutter(64, "bench"), ledger, RunCoordinator.remote())
     recorder.start()
     recorder.join()
     seconds = time.perf_counter() - started

@@ -1,7 +1,7 @@
 """The work's source: the listing, recorded part by part by the driver, read back by the stages as it grows.
 
     driver thread   Recorder        list_pages -> GroupCutter -> _inputs/part-<k> -> ledger.expect -> feed
-    driver's node   ListingFeed     an actor (`listing_feed`): how many parts are recorded, whether the
+    driver's node   ListingFeed     in the run's actor (`listing_feed`): how many parts are recorded, whether the
                                     listing ended or failed, and how many groups the driver has committed
     a worker        RecordedInputs  a Ray Data read that waits for each part, reads it, yields its work blocks,
                                     a window of groups ahead of the commits
@@ -157,7 +157,7 @@ class Recorder:
     def _run(self) -> None:
         failure = None
         try:
-            # Not waited for yet: the feed's process starts while the first part is listed and written.
+            # Not waited for yet: the coordinator's process starts while the first part is listed and written.
             told = self.feed.recorded.remote(self.record.parts)
             if self.pages is not None:
                 self._list()

@@ -46,12 +46,12 @@ from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.allocator import limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
-from pipeline.run.listing_feed import ListingFailed, ListingFeed
+from pipeline.run.listing_feed import ListingFailed
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.run.stderr_filter import known_ray_noise_dropped
-from pipeline.run.tally import RUN_TALLY_PREFIX, RunTallyActor, SendToTally
+from pipeline.run.tally import RUN_COORDINATOR_PREFIX, RunCoordinator, SendToTally
 from pipeline.text.chunking import ChunkingConfig
 from pipeline.text.tokenizer import Tokenizer
 
@@ -243,17 +243,15 @@ def _run_on_ray(
         pages = listing
     else:  # the listing goes on after the part a stopped run recorded
         pages = list_pages(list(cfg.inputs), start_after=record.last_uri)
-    recorder = Recorder(
-        cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, _on_this_node(ListingFeed)
-    )
+    coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
+    coordinator = _on_this_node(RunCoordinator, name=coordinator_name)
+    recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
     report = RunReport.start(cfg, spec, chunking, extract, inputs=record.inputs, skipped=record.skipped)
     report.add_summaries(
         [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()]
     )
-    tally_name = f"{RUN_TALLY_PREFIX}{uuid.uuid4().hex[:12]}"
-    tally = _on_this_node(RunTallyActor, name=tally_name)
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
-    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(tally_name))
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))
     # A pack is about one window of tokens and holds the chunks of one chunk-stage call, so at most CHUNK_BATCH
     # files.
     call_packs = encode_call_rows(placement, cfg.encoder)
@@ -262,7 +260,7 @@ def _run_on_ray(
     # about two): the most files a call may hold would let 12,288 PDFs into the stages before the first commit.
     pdf_window = in_flight_groups(call_packs, placement.actors, cfg.group_size)
     source = RecordedInputs(
-        cfg.output, recorder.feed, frozenset(state.done), fields, shards.UNIT_BYTES, window.groups, pdf_window
+        cfg.output, coordinator, frozenset(state.done), fields, shards.UNIT_BYTES, window.groups, pdf_window
     )
     try:
         if pages is not None or ledger.todo:
@@ -271,14 +269,13 @@ def _run_on_ray(
             def update(line: ProgressLine, final: bool) -> None:
                 line.update(report, ledger.done / max(1, ledger.done + ledger.todo), force=final)
 
-            stages = lambda: ray.get(tally.stages.remote())  # noqa: E731
+            stages = lambda: ray.get(coordinator.stages.remote())  # noqa: E731
             with progress_shown(cfg.verbosity, update, started=started, stages=stages):
                 _run_groups(graph.dataset(source), report, ledger, recorder, window)
-        encoders, stages = ray.get([tally.encoders.remote(), tally.stages.remote()])
+        encoders, stages = ray.get([coordinator.encoders.remote(), coordinator.stages.remote()])
     finally:
         recorder.stop()
-        ray.kill(tally)
-        ray.kill(recorder.feed)
+        ray.kill(coordinator)
     report.inputs, report.skipped = recorder.inputs, recorder.skipped
     report.first_group_seconds = ledger.first_done_at and ledger.first_done_at - started
     marks = {

@@ -1,19 +1,18 @@
-"""The feed: a small actor on the driver's node through which the driver's listing and the stages' read meet.
+"""The feed: where the driver's listing and the stages' read meet, so the read waits instead of polling storage.
 
 It holds how many parts of the listing are recorded, whether the listing ended
 or failed, and how many groups the driver has committed; the read
-(`pipeline.run.feed.RecordedInputs`) waits on it instead of polling storage.
-It lives in a module of its own, importing only Ray, because its process
-starts with every job: the read's module imports Ray Data, which would triple
-the time this process takes to start and more than double its memory (1.8 s
-and 177 MB against 0.6 s and 71 MB to import, on the project's AMD EPYC).
+(`pipeline.run.feed.RecordedInputs`) waits on it. A job runs it inside the
+run's one actor on the driver's node (`pipeline.run.tally.RunCoordinator`),
+beside the stages' tally. It lives in a module of its own, without Ray: the
+read's module imports Ray Data, which would triple the time the coordinator's
+process takes to start and more than double its memory (1.8 s and 177 MB against 0.6 s and 71 MB to
+import, on the project's AMD EPYC).
 """
 
 from __future__ import annotations
 
 import asyncio
-
-import ray
 
 # A read that finds its window full and sees no commit for this long lets one more group through: a stage
 # that batches rows, waiting for rows that a full window keeps back, would otherwise wait for ever.
@@ -24,9 +23,8 @@ class ListingFailed(RuntimeError):
     """The driver's listing stopped with an error; the driver reports the error itself."""
 
 
-@ray.remote(num_cpus=0)
 class ListingFeed:
-    """How far the record has grown: the read waits here instead of polling storage."""
+    """How far the record has grown, and the read's window: async methods, for an async actor's event loop."""
 
     def __init__(self, stall_seconds: float = STALL_SECONDS):
         self.stall_seconds = stall_seconds

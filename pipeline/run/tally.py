@@ -1,4 +1,11 @@
-"""The run's tally in a job: one RunTally actor that every stage reports to, and the stages' `record`.
+"""The run's one actor on the driver's node, and the stages' `record` that reports to it.
+
+`RunCoordinator` holds the run's small shared state: the listing feed that the
+read waits on (`pipeline.run.listing_feed`) and the tally that every stage
+reports to (`pipeline.run.stage_clock.RunTally`). One actor, not one each: a
+Ray worker process costs about 0.8 s of CPU to start (Ray's import and its
+core worker), and a job on a fresh local Ray started nine of them, its own and
+Ray Data's, before its first read.
 
 Its own module, without JAX: `SendToTally` is an argument of every stage's
 actors and tasks, and unpickling it imports the module that defines it.
@@ -11,38 +18,60 @@ import functools
 
 import ray
 
+from pipeline.run.listing_feed import STALL_SECONDS, ListingFeed
 from pipeline.run.stage_clock import Increment, RunTally
 
-# The run's RunTally actor is named by this prefix and the run's id, so that tests and
-# tools find it with `ray.util.list_named_actors()` and `ray.get_actor`.
-RUN_TALLY_PREFIX = "docembed-run-tally-"
-RunTallyActor = ray.remote(num_cpus=0)(RunTally)
+# The run's coordinator is named by this prefix and the run's id, so that tests and tools find it with
+# `ray.util.list_named_actors()` and `ray.get_actor`.
+RUN_COORDINATOR_PREFIX = "docembed-run-"
+
+
+@ray.remote(num_cpus=0)
+class RunCoordinator(ListingFeed, RunTally):
+    """The feed and the tally in one process.
+
+    An async actor, for the feed's waits. The tally's methods are plain ones,
+    and Ray runs a plain method of an async actor on its event loop: each runs
+    whole between the feed's awaits, as it did in an actor of its own.
+    """
+
+    def __init__(self, stall_seconds: float = STALL_SECONDS):
+        ListingFeed.__init__(self, stall_seconds)
+        RunTally.__init__(self)
 
 
 @dataclasses.dataclass(frozen=True)
 class SendToTally:
-    """The stages' `record` in a job: each Increment goes to the run's RunTally actor.
+    """The stages' `record` in a job: each Increment goes to the run's RunCoordinator.
 
     Adds where it was sent from (node, and actor when it is one), so that an
     encoder actor can be found by what it reported.
 
-    It holds the tally's name, not its handle: it is a constructor argument of
-    the stages' actors, which Ray restarts with the arguments they were created
-    with, and a handle is a reference Ray must keep alive for that (it logs
-    ray-project/ray#53727's error when an actor with restarts has one, and only
-    Ray Data's own is dropped from the console: pipeline.run.stderr_filter). A name
-    is plain bytes in the creation task; each process looks the actor up once.
+    Waits until the increment is recorded, a round trip of about a
+    millisecond per stage call: the stage's output then leaves the worker
+    after its increment is in the tally, so the driver, which reads the tally
+    once the last output has arrived, misses none. Sent and not waited for, the
+    last increments could land after that read: the coordinator is an async
+    actor, which runs calls from different processes in no set order.
+
+    It holds the coordinator's name, not its handle: it is a constructor
+    argument of the stages' actors, which Ray restarts with the arguments they
+    were created with, and a handle is a reference Ray must keep alive for that
+    (it logs ray-project/ray#53727's error when an actor with restarts has one,
+    and only Ray Data's own is dropped from the console:
+    pipeline.run.stderr_filter). A name is plain bytes in the creation task;
+    each process looks the actor up once.
     """
 
-    tally_name: str
+    coordinator_name: str
 
     @functools.cached_property
-    def tally(self) -> ray.actor.ActorHandle:
-        return ray.get_actor(self.tally_name)
+    def coordinator(self) -> ray.actor.ActorHandle:
+        return ray.get_actor(self.coordinator_name)
 
     def __call__(self, increment: Increment) -> None:
         context = ray.get_runtime_context()
         where = {"node_id": context.get_node_id()}
         if increment.encoder is not None and context.get_actor_id() is not None:
             where.update(actor_id=context.get_actor_id(), actor=context.current_actor)
-        self.tally.record.remote(dataclasses.replace(increment, where=where))
+        ray.get(self.coordinator.record.remote(dataclasses.replace(increment, where=where)))

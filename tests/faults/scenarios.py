@@ -29,7 +29,7 @@ from pipeline import JobConfig, run_job
 from pipeline.results import read_errors, read_report, read_table
 from pipeline.run.report import RunReport
 from pipeline.run.stage_clock import EncoderTotals
-from pipeline.run.tally import RUN_TALLY_PREFIX
+from pipeline.run.tally import RUN_COORDINATOR_PREFIX
 
 from support import SAMPLES
 
@@ -115,12 +115,12 @@ def check_exactly_once(output: str, expected: set[str], report: RunReport) -> Ta
     return t
 
 
-# --- the job's encoder actors, as they reported themselves to its RunTally actor ---------------
+# --- the job's encoder actors, as they reported themselves to its RunCoordinator ---------------
 
 
 def encoders() -> dict[str, EncoderTotals]:
     """Every encoder process that has reported to the running job ("host:pid" -> its totals); {} between jobs."""
-    names = [n for n in ray.util.list_named_actors() if n.startswith(RUN_TALLY_PREFIX)]
+    names = [n for n in ray.util.list_named_actors() if n.startswith(RUN_COORDINATOR_PREFIX)]
     if not names:
         return {}
     try:

@@ -1,5 +1,6 @@
 """The work's source: the recorded parts read back through Ray Data as the listing grows, each work block a
-Ray Data block of its own (a real local Ray)."""
+Ray Data block of its own; and the run's coordinator actor that holds the feed and the stages' tally (a real
+local Ray)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pipeline.io.shards import UNIT_BYTES, ShardFields
 from pipeline.output import inputs
 from pipeline.output.groups import record_groups, work_blocks
 from pipeline.run.feed import BlocksAsYielded, RecordedInputs, Window, in_flight_groups, read_recorded
-from pipeline.run.listing_feed import ListingFeed
+from pipeline.run.stage_clock import StageClock
+from pipeline.run.tally import RunCoordinator, SendToTally
 
 from support import listing, text_files
 
@@ -47,7 +49,7 @@ def test_each_work_block_leaves_the_read_as_a_block_of_its_own_before_the_listin
     """Ray Data merges a read task's yields up to 128 MiB unless BlocksAsYielded turns that off for this read:
     merged, the first block would wait for the listing's end, and one extraction task would get every file."""
     expected = _recorded(tmp_path, 40, 8)
-    feed = ListingFeed.remote()
+    feed = RunCoordinator.remote()
     ray.get(feed.recorded.remote(1))
     assert len(expected) == 5  # one per group of 8 tiny files
     # The listing ends only once all but the last block reached the driver (its iterator holds one back),
@@ -77,7 +79,7 @@ def test_the_read_stays_a_window_of_groups_ahead_of_the_commits(tmp_path):
     """Without the window the read would run through the whole record at once (Ray Data holds stages back by
     bytes, and tiny files are a few KiB), and the driver would hold Ray Data's state for every queued block."""
     expected = _recorded(tmp_path, 24, 4)
-    feed = ListingFeed.remote(stall_seconds=600)
+    feed = RunCoordinator.remote(stall_seconds=600)
     ray.get([feed.recorded.remote(1), feed.end.remote()])
     window, arrived, first = 2, [], threading.Event()
 
@@ -101,7 +103,7 @@ def test_the_drivers_narrower_window_holds_the_read_back(tmp_path):
     though the read's own window, the most files a call may hold, is far wider: PDFs queued in front of the
     encoder otherwise, the whole corpus and Ray Data's state for each of its blocks on the driver."""
     expected = _recorded(tmp_path, 24, 4)
-    feed = ListingFeed.remote(stall_seconds=600)
+    feed = RunCoordinator.remote(stall_seconds=600)
     ray.get([feed.recorded.remote(1), feed.end.remote(), feed.commit.remote(0, 2)])
     arrived, first = [], threading.Event()
 
@@ -136,7 +138,7 @@ def test_the_window_follows_the_tokens_per_file_of_the_committed_groups():
 def test_a_full_window_without_commits_stalls_then_lets_the_next_group_through(tmp_path):
     """A stage batching rows that a full window keeps back would wait for ever: the read goes on after a stall."""
     expected = _recorded(tmp_path, 12, 4)
-    feed = ListingFeed.remote(stall_seconds=0.5)
+    feed = RunCoordinator.remote(stall_seconds=0.5)
     ray.get([feed.recorded.remote(1), feed.end.remote()])
     blocks = list(_source(str(tmp_path), feed, window=1).iter_batches(batch_size=None))
     assert len(blocks) == len(expected) == 3
@@ -145,7 +147,7 @@ def test_a_full_window_without_commits_stalls_then_lets_the_next_group_through(t
 def test_the_feeds_count_of_recorded_parts_only_grows():
     """The recorder tells the feed what a stopped run had recorded without waiting for it (the feed's process
     may still be starting), then each new part: an async actor may run those calls out of order."""
-    feed = ListingFeed.remote()
+    feed = RunCoordinator.remote()
     ray.get([feed.recorded.remote(3), feed.recorded.remote(1)])
     assert ray.get(feed.wait_for.remote(2), timeout=60)
 
@@ -161,3 +163,34 @@ def test_the_rule_is_registered_once_and_leaves_other_datasets_shaped():
 
     merged = ray.data.range(1).map_batches(many_small, batch_size=None, batch_format="pyarrow", num_cpus=0.5)
     assert merged.materialize().num_blocks() == 1
+
+
+@ray.remote
+class _Stage:
+    """A stage's worker as the job makes one: it times calls and reports them through the stages' `record`."""
+
+    def __init__(self, record: SendToTally):
+        self.clock = StageClock(record)
+
+    def work(self, calls: int) -> int:
+        for _ in range(calls):
+            with self.clock.timing("write") as counts:
+                counts["rows"] += 1
+            self.clock.send()
+        return calls
+
+
+def test_a_stage_call_returns_only_once_its_increments_are_in_the_tally():
+    """The driver reads the run's tally once the last output has arrived: every increment a stage sent before
+    returning must be in it by then. The coordinator is an async actor, which runs calls from different
+    processes in no set order, so `record` waits for each; sent and not waited for, a fresh process's
+    increments landed 0.2 s after the driver's read."""
+    coordinator = RunCoordinator.options(name="tally-probe").remote()
+    sent = 0
+    for _ in range(3):  # a fresh worker process each time: its first calls are the slowest to land
+        stage = _Stage.remote(SendToTally("tally-probe"))
+        sent += ray.get(stage.work.remote(20))
+        stages = ray.get(coordinator.stages.remote()).stages
+        assert stages["write"].counts["rows"] == sent
+        ray.kill(stage)
+    ray.kill(coordinator)

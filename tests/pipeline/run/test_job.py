@@ -355,11 +355,11 @@ from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.stage import EncodeBlock
 from pipeline.run.stages import ChunkBlock
-from pipeline.run.tally import RunTallyActor, SendToTally
+from pipeline.run.tally import RunCoordinator, SendToTally
 from pipeline.text.chunking import ChunkingConfig
 
 ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never another test's Ray
-tally = RunTallyActor.options(name="probe-tally").remote()
+tally = RunCoordinator.options(name="probe-tally").remote()
 record = SendToTally("probe-tally")
 # The stage actors with the constructor arguments the job gives them, and restarts on, as Ray Data starts them.
 actors = [ray.remote(max_restarts=-1)(ChunkBlock).remote(None, ChunkingConfig(max_tokens=64, overlap=8), record),

@@ -32,7 +32,7 @@ def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
     assert loaded_modules("pipeline.run.stages, pipeline.output.sink, pipeline.run.tally", "'jax' in m") == "[]"
 
 
-def test_the_listing_feed_loads_neither_ray_data_nor_jax():
-    """The feed's actor process starts with every job beside the stages' own: Ray Data's import would triple
+def test_the_run_coordinator_loads_neither_ray_data_nor_jax():
+    """The coordinator's process starts with every job beside the stages' own: Ray Data's import would triple
     what it takes to start (`pipeline.run.listing_feed`'s docstring has the figures)."""
-    assert loaded_modules("pipeline.run.listing_feed", "m in ('ray.data', 'jax')") == "[]"
+    assert loaded_modules("pipeline.run.tally", "m in ('ray.data', 'jax')") == "[]"
