@@ -5,9 +5,9 @@ or failed, and how many groups the driver has committed; the read
 (`pipeline.run.feed.RecordedInputs`) waits on it. A job runs it inside the
 run's one actor on the driver's node (`pipeline.run.tally.RunCoordinator`),
 beside the stages' tally. It lives in a module of its own, without Ray: the
-read's module imports Ray Data, which would triple the time the coordinator's
-process takes to start and more than double its memory (1.8 s and 177 MB against 0.6 s and 71 MB to
-import, on the project's AMD EPYC).
+read's module imports Ray Data, which would triple the time the
+coordinator's process takes to start and more than double its memory (1.8 s
+and 177 MB against 0.6 s and 71 MB to import, on the project's AMD EPYC).
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ class SendToTally:
     after its increment is in the tally, so the driver, which reads the tally
     once the last output has arrived, misses none. Sent and not waited for, the
     last increments could land after that read: the coordinator is an async
-    actor, which runs calls from different processes in no set order.
+    actor, which runs calls from different processes in no set order. A stage
+    still running once the coordinator is gone (the driver stopping) goes on.
 
     It holds the coordinator's name, not its handle: it is a constructor
     argument of the stages' actors, which Ray restarts with the arguments they
@@ -74,4 +75,7 @@ class SendToTally:
         where = {"node_id": context.get_node_id()}
         if increment.encoder is not None and context.get_actor_id() is not None:
             where.update(actor_id=context.get_actor_id(), actor=context.current_actor)
-        ray.get(self.coordinator.record.remote(dataclasses.replace(increment, where=where)))
+        try:
+            ray.get(self.coordinator.record.remote(dataclasses.replace(increment, where=where)))
+        except ray.exceptions.RayActorError:
+            pass  # the run is over (its driver killed the coordinator, or died with it): no one reads the tally
