@@ -21,9 +21,9 @@ import ray
 from pipeline.run.listing_feed import STALL_SECONDS, ListingFeed
 from pipeline.run.stage_clock import Increment, RunTally
 
-# The run's coordinator is named by this prefix and the run's id, so that tests and tools find it with
-# `ray.util.list_named_actors()` and `ray.get_actor`.
-RUN_COORDINATOR_PREFIX = "docembed-run-"
+# The run's coordinator is named by this prefix and the run's id, so that tests and tools find its tally with
+# `ray.util.list_named_actors()` and `ray.get_actor`: the name docs/run-report.md gave the tally's own actor.
+RUN_COORDINATOR_PREFIX = "docembed-run-tally-"
 
 
 @ray.remote(num_cpus=0)
