@@ -19,10 +19,10 @@ depend on the encoder's depth, while on 2 cores the whole model makes 10k PDFs
 a run of hours; the rows say which model ran.
 
 The planning-only run drives the job's own listing path (GroupCutter, the
-recorded parts under `_inputs/`, the ledger's per-group account and the run's coordinator
-actor) with a generator of `--plan-entries` synthetic entries standing in for
-the store, in this process, and reports its peak RSS and time. Never run as a
-test; results go in BENCHMARKS.md.
+recorded parts under `_inputs/`, the ledger's per-group account and the run's
+coordinator actor) with a generator of `--plan-entries` synthetic entries
+standing in for the store, in this process, and reports its peak RSS and time.
+Never run as a test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
