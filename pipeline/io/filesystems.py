@@ -230,7 +230,9 @@ def read_bytes(uri: str) -> bytes:
 
 
 def read_many(uris: list[str]) -> list[bytes | Exception]:
-    """`read_bytes` of each URI, side by side: object storage answers each request in tens of ms.
+    """`read_bytes` of each URI, side by side where they are remote: object storage answers each
+    request in tens of ms. Local files are read one after another: they answer in microseconds, less
+    than a thread pool's start and hand-offs cost (half the CPU stage's time on tiny files).
 
     A file that cannot be read comes back as its exception (FileNotFoundError etc.),
     in place; a storage failure (StorageError) is raised.
@@ -242,7 +244,11 @@ def read_many(uris: list[str]) -> list[bytes | Exception]:
         except NOT_FOUND as e:
             return e
 
-    if len(uris) <= 1:
+    if len(uris) <= 1 or not any(map(_is_remote, uris)):
         return [read(u) for u in uris]
     with concurrent.futures.ThreadPoolExecutor(min(len(uris), 8)) as pool:
         return list(pool.map(read, uris))
+
+
+def _is_remote(location: str) -> bool:
+    return is_uri(location) and scheme_of(location) != "file"

@@ -1,0 +1,32 @@
+"""Reading a block's input files: contents in order, a missing file as its error in place."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+from pipeline.io import filesystems
+
+
+def _no_pool(*args, **kwargs):
+    raise AssertionError("local files are read without a thread pool")
+
+
+def test_local_files_are_read_in_order_without_a_pool(tmp_path, monkeypatch):
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", _no_pool)
+    paths = []
+    for i in range(5):
+        path = tmp_path / f"n{i}.txt"
+        path.write_bytes(f"note {i}".encode())
+        paths.append(str(path))
+    missing = str(tmp_path / "gone.txt")
+    uris = [paths[0], f"file://{paths[1]}", missing, *paths[2:]]
+
+    contents = filesystems.read_many(uris)
+
+    assert contents[:2] == [b"note 0", b"note 1"] and contents[3:] == [b"note 2", b"note 3", b"note 4"]
+    assert isinstance(contents[2], FileNotFoundError)
+
+
+def test_paths_and_file_uris_are_local_other_uris_remote():
+    assert filesystems._is_remote("s3://bucket/a.txt") and filesystems._is_remote("gs://bucket/a.txt")
+    assert not filesystems._is_remote("/data/a.txt") and not filesystems._is_remote("file:///data/a.txt")
