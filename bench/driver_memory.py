@@ -4,13 +4,14 @@
     .venv/bin/python bench/driver_memory.py --files 16000
 
 `bench/scale.py` gives the driver's peak RSS against corpus size; this says
-what it is made of. Every second: RSS, glibc's memory in use and free in its
-arenas (`mallinfo2`), and the blocks queued in front of each Ray Data
-operator. At the end of the stream: the blocks and tasks of each operator,
-Python's traced memory (`--trace`: tracemalloc from the start, by file), and
-glibc's in-use and free memory. Run it at two corpus sizes: what grows with
-the corpus is the difference. Linux (glibc) only. Never run as a test;
-results go in BENCHMARKS.md.
+what it is made of. Every second: RSS and its anonymous, file and
+shared-memory parts, glibc's memory in use and free in its arenas
+(`mallinfo2`), and the blocks queued in front of each Ray Data operator. At
+the end of the stream: the blocks and tasks of each operator, Python's traced
+memory (`--trace`: tracemalloc from the start, by file), glibc's in-use and
+free memory, and Python's own arenas with what is in use in them. Run it at
+two corpus sizes: what grows with the corpus is the difference. Linux (glibc)
+only. Never run as a test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import os
+import re
 import sys
 import tempfile
 import threading
@@ -53,6 +56,43 @@ def glibc_mb() -> tuple[float, float]:
     return info.uordblks / 2**20, info.fordblks / 2**20
 
 
+def rss_parts_mb() -> dict[str, float]:
+    """This process's resident memory by kind (/proc/self/status), MB: anonymous (its own heap and stacks),
+    file-backed (libraries) and shared memory (what it has touched of Ray's object store, /dev/shm)."""
+    parts = {}
+    with open("/proc/self/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile", "RssShmem"):
+                parts[name[3:].lower()] = round(int(value.split()[0]) / 1024, 1)
+    return parts
+
+
+def pymalloc_mb() -> dict[str, float]:
+    """Python's own allocator (obmalloc), MB: its arenas (mapped from the OS, outside glibc's, returned only
+    when wholly empty) and the blocks in them in use; {} under tracemalloc. `sys._debugmallocstats` prints
+    to the C stderr."""
+    with tempfile.TemporaryFile("w+") as out:
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+    # Nothing is printed while tracemalloc wraps the allocator (--trace).
+    arenas = re.search(r"(\d+) arenas \* (\d+) bytes/arena\s*=\s*([\d,]+)", text)
+    used = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
+    if arenas is None or used is None:
+        return {}
+    return {
+        "arenas": int(arenas.group(3).replace(",", "")) / 2**20,
+        "in use": int(used.group(1).replace(",", "")) / 2**20,
+    }
+
+
 def queues(ds) -> dict[str, int]:
     """Blocks queued in front of each operator of the running dataset (Ray Data's private executor state)."""
     executor = getattr(ds, "_current_executor", None) if ds is not None else None
@@ -77,7 +117,7 @@ def main() -> None:
             used, free = glibc_mb()
             rss = process.memory_info().rss / 2**20
             samples.append((round(time.time() - started, 1), round(rss, 1), round(used, 1), round(free, 1)))
-            samples[-1] += (queues(found.get("ds")),)
+            samples[-1] += (queues(found.get("ds")), rss_parts_mb())
             time.sleep(1)
 
     run_groups = job._run_groups
@@ -90,6 +130,7 @@ def main() -> None:
             op.name: [len(getattr(op, "_output_blocks_stats", [])), op.metrics.num_tasks_submitted] for op in ops
         }
         found["glibc_mb"] = glibc_mb()
+        found["pymalloc_mb"] = pymalloc_mb()
         if tracemalloc.is_tracing():
             found["traced_mb"] = tracemalloc.get_traced_memory()[0] / 2**20
             top = tracemalloc.take_snapshot().statistics("filename")[:8]
@@ -113,17 +154,22 @@ def main() -> None:
         success = json.loads((tmp / "out" / "_SUCCESS").read_text())
 
     peak = max(s[1] for s in samples)
+    peaks = {kind: max(s[5][kind] for s in samples) for kind in samples[0][5]}
     print(f"# bench/driver_memory.py on {cpu_description()}, {time.strftime('%Y-%m-%d')}")
     print(f"{args.pdfs or args.files} {'PDFs' if args.pdfs else 'tiny files'}, wall {success['wall_seconds']:.0f} s")
     print(
         f"driver peak RSS {peak:.1f} MB; at the stream's end glibc in use / free {found['glibc_mb'][0]:.1f} / "
         f"{found['glibc_mb'][1]:.1f} MB"
     )
+    pymalloc = found["pymalloc_mb"]
+    if pymalloc:
+        print(f"at the stream's end Python's arenas {pymalloc['arenas']:.1f} MB, in use {pymalloc['in use']:.1f} MB")
+    print("peak RSS by kind: " + ", ".join(f"{kind} {mb:.1f} MB" for kind, mb in peaks.items()))
     print("Ray Data blocks, tasks per operator: " + ", ".join(f"{k} {v[0]}, {v[1]}" for k, v in found["ops"].items()))
     if "traced_mb" in found:
         print(f"Python traced {found['traced_mb']:.1f} MB; top files (KiB): {found['traced_top']}")
     for s in samples[:: max(1, len(samples) // 12)]:
-        print(f"  {s[0]:>6} s  RSS {s[1]} MB  glibc in use {s[2]}  free {s[3]}  queued {s[4]}")
+        print(f"  {s[0]:>6} s  RSS {s[1]} MB {s[5]}  glibc in use {s[2]}  free {s[3]}  queued {s[4]}")
     if args.json:
         Path(args.json).write_text(json.dumps({"samples": samples, **found}, default=str))
 
