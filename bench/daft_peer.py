@@ -35,9 +35,9 @@ from pipeline.encode.model_dir import resolve  # noqa: E402
 DAFT_PYTHON = REPO / ".venv-daft" / "bin" / "python"
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
+def timed(cmd: list[str], cwd: Path) -> tuple[float, str]:
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
     if done.returncode != 0:
         raise SystemExit(f"{cmd[1]} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return time.perf_counter() - started, done.stdout
@@ -59,7 +59,8 @@ def main() -> None:
             out = Path(tmp) / f"docembed{round_}"
             wall, _ = timed(
                 [sys.executable, "jobs/embed.py", "--input", str(a.input), "--output", str(out), "--quiet"]
-                + ["--compile-cache", str(Path(tmp) / "jax-cache")]
+                + ["--compile-cache", str(Path(tmp) / "jax-cache")],
+                REPO,
             )
             success = json.loads((out / "_SUCCESS").read_text())
             counts = success["counts"]
@@ -69,8 +70,17 @@ def main() -> None:
                 f"round {round_ + 1} docembed: {wall:.1f} s; {counts['docs_ok']} documents, "
                 f"{counts['chunks']} chunks, {counts['tokens']} tokens; start-up: {steps}"
             )
+            # Not from the repository: transformers imports Hugging Face's `kernels` package when it finds
+            # one, and a working directory on Daft's workers' path would hand it docembed's.
             wall, stdout = timed(
-                [str(DAFT_PYTHON), "bench/daft_worker.py", str(a.input), str(Path(tmp) / f"daft{round_}"), model]
+                [
+                    str(DAFT_PYTHON),
+                    str(REPO / "bench" / "daft_worker.py"),
+                    str(a.input),
+                    str(Path(tmp) / f"daft{round_}"),
+                    model,
+                ],
+                Path(tmp),
             )
             daft = json.loads(stdout.splitlines()[-1])
             walls["daft"].append(wall)

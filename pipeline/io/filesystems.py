@@ -232,7 +232,8 @@ def read_bytes(uri: str) -> bytes:
 def read_many(uris: list[str]) -> list[bytes | Exception]:
     """`read_bytes` of each URI, side by side where they are remote: object storage answers each
     request in tens of ms. Local files are read one after another: they answer in microseconds, less
-    than a thread pool's start and hand-offs cost (half the CPU stage's time on tiny files).
+    than a thread pool's start and hand-offs cost (three quarters of the CPU stages' time on tiny
+    files, BENCHMARKS.md).
 
     A file that cannot be read comes back as its exception (FileNotFoundError etc.),
     in place; a storage failure (StorageError) is raised.
