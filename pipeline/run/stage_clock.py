@@ -144,9 +144,9 @@ class StageTable:
             unit = STAGE_UNITS.get(stage, "calls")
             out[stage] = {
                 "workers": len(totals.workers),
-                "busy_s": round(totals.busy_s, 3),
-                "span_s": round(totals.span_s, 3),
-                "utilisation": round(self.utilisation(stage, wall_s), 4),
+                "busy_s": _significant(totals.busy_s),
+                "span_s": _significant(totals.span_s),
+                "utilisation": _significant(self.utilisation(stage, wall_s)),
                 f"{unit}_per_busy_s": round(totals.rate(unit), 1),
                 **dict(totals.counts),
             }
@@ -158,6 +158,12 @@ class StageTable:
             return "stages: none started"
         busy = ", ".join(f"{s} {self.utilisation(s, wall_s):.0%}" for s in sorted(self.stages, key=_flow_order))
         return f"stages busy: {busy}; bottleneck {self.bottleneck(wall_s)}"
+
+
+def _significant(x: float) -> float:
+    """x to 4 significant digits: a stage busy for a millisecond of a long run (local files read) is still
+    above 0 in the report, where rounding to fixed decimals would say it never ran."""
+    return float(f"{x:.4g}")
 
 
 def _flow_order(stage: str) -> int:

@@ -59,6 +59,14 @@ def test_utilisation_per_worker_names_the_bottleneck():
     assert StageTable().bottleneck(1.0) is None
 
 
+def test_a_stage_busy_for_a_moment_of_a_long_run_reports_above_zero():
+    table = StageTable()
+    table.add({"read": StageTotals(0.000412, {"docs": 30}, {"a:1", "a:2"}, 100.0, 100.000412)})
+    read = table.to_json(60.0)["read"]
+    assert read["busy_s"] == 0.000412 and read["span_s"] == 0.000412
+    assert read["utilisation"] == 3.433e-06
+
+
 def test_a_retried_encoder_call_counts_once():
     """Ray retries a call whose actor died: the retry's report (same call, new process) replaces the first one's."""
     tally = RunTally()
