@@ -124,6 +124,9 @@ def main() -> None:
 
     def observed(ds, *rest) -> None:  # the stream, then what the driver holds at its end
         found["ds"] = ds
+        # The job iterates the dataset's references, which leaves the executor off the dataset; `queues` reads it.
+        execute = ds._execute_to_iterator
+        ds._execute_to_iterator = lambda capture_executor=False: execute(capture_executor=True)
         run_groups(ds, *rest)
         ops = getattr(ds._current_executor, "_topology", None) or {}
         found["ops"] = {

@@ -129,7 +129,7 @@ class JobGraph:
             )
             .map_batches(
                 sink.WriteBlock,
-                fn_constructor_args=(cfg.output, self.metadata, record),
+                fn_constructor_args=(cfg.output, self.metadata, record, record.wrote),
                 batch_size=None,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=placement.writers),
@@ -311,12 +311,17 @@ def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:
 def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorder: Recorder, window: Window) -> None:
     """Streams the groups through the stages as the listing is recorded; the ledger marks each group done as its
     last part lands, and the read's window follows what the committed groups held. A failed listing stops the
-    stages (its read fails) and is raised as itself."""
-    summaries = iter(ds.iter_batches(batch_size=None, batch_format="pyarrow"))
+    stages (its read fails) and is raised as itself.
+
+    The writers' summary rows come from the run's coordinator (`recorder.feed`), which has them before a writer's
+    block leaves it, so each block seen here means its rows are there to take. The blocks themselves (empty)
+    are never read: see `sink.WriteBlock`. Ray Data's executor stops when its iterator is collected, which an
+    exception leaving the loop does at once.
+    """
     with _storage_failures_in_one_line():
         try:
-            for summary in summaries:
-                rows = summary.to_pylist()
+            for _ in ds.iter_internal_ref_bundles():
+                rows = ray.get(recorder.feed.take_written.remote())
                 report.add_summaries(rows)
                 markers = [m for m in map(ledger.add, rows) if m is not None]
                 for marker in markers:
@@ -324,7 +329,6 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorde
                 if markers:  # the read may go on: its window counts commits
                     recorder.feed.commit.remote(ledger.done, window.groups)
         except Interrupted:
-            summaries.close()  # now, not when the traceback lets go of it: Ray Data's executor stops the stages
             recorder.stop()
             raise
         except Exception:

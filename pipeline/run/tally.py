@@ -1,8 +1,9 @@
 """The run's one actor on the driver's node, and the stages' `record` that reports to it.
 
 `RunCoordinator` holds the run's small shared state: the listing feed that the
-read waits on (`pipeline.run.listing_feed`) and the tally that every stage
-reports to (`pipeline.run.stage_clock.RunTally`). One actor, not one each: a
+read waits on (`pipeline.run.listing_feed`), the tally that every stage
+reports to (`pipeline.run.stage_clock.RunTally`), and the writers' summary
+rows until the driver takes them (`pipeline.output.sink.WriteBlock`). One actor, not one each: a
 Ray worker process costs about 0.7 s of CPU to start (Ray's import and its
 core worker), and a job on a fresh local Ray started nine of them, its own and
 Ray Data's, before its first read.
@@ -28,7 +29,7 @@ RUN_COORDINATOR_PREFIX = "docembed-run-tally-"
 
 @ray.remote(num_cpus=0)
 class RunCoordinator(ListingFeed, RunTally):
-    """The feed and the tally in one process.
+    """The feed, the tally and the writers' summaries in one process.
 
     An async actor, for the feed's waits. The tally's methods are plain ones,
     and Ray runs a plain method of an async actor on its event loop: each runs
@@ -38,6 +39,14 @@ class RunCoordinator(ListingFeed, RunTally):
     def __init__(self, stall_seconds: float = STALL_SECONDS):
         ListingFeed.__init__(self, stall_seconds)
         RunTally.__init__(self)
+        self.written: list[dict] = []  # the writers' summary rows, until the driver takes them
+
+    def wrote(self, rows: list[dict]) -> None:
+        self.written.extend(rows)
+
+    def take_written(self) -> list[dict]:
+        rows, self.written = self.written, []
+        return rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +85,15 @@ class SendToTally:
         where = {"node_id": context.get_node_id()}
         if increment.encoder is not None and context.get_actor_id() is not None:
             where.update(actor_id=context.get_actor_id(), actor=context.current_actor)
+        self._wait(self.coordinator.record.remote(dataclasses.replace(increment, where=where)))
+
+    def wrote(self, rows: list[dict]) -> None:
+        """A writer's summary rows (`pipeline.output.sink.WriteBlock`), for the driver to take."""
+        self._wait(self.coordinator.wrote.remote(rows))
+
+    @staticmethod
+    def _wait(call: ray.ObjectRef) -> None:
         try:
-            ray.get(self.coordinator.record.remote(dataclasses.replace(increment, where=where)))
+            ray.get(call)
         except ray.exceptions.RayActorError:
             pass  # the run is over (its driver killed the coordinator, or died with it): no one reads the tally

@@ -16,6 +16,7 @@ from pipeline.io.filesystems import filesystem_for
 from pipeline.output import inputs, resume, sink
 from pipeline.output.groups import record_groups
 from pipeline.output.ledger import Ledger
+from pipeline.schemas import SUMMARY_SCHEMA
 
 from support import listing, text_files
 
@@ -115,6 +116,19 @@ def opened(output: str) -> tuple[resume.Resume, Ledger]:
     ledger = Ledger(output, state)
     ledger.expect(state.record.groups)
     return state, ledger
+
+
+def test_the_writer_sends_its_summaries_and_its_block_leaves_empty(tmp_path):
+    # The job's driver takes the summaries from the run's coordinator and reads no block (sink.WriteBlock).
+    output = str(tmp_path / "out")
+    resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    sent, increments = [], []
+    writer = sink.WriteBlock(output, {"docembed.fingerprint": "f" * 16}, increments.append, sent.extend)
+    rows = chunk_rows("g1", "/d/a.txt", 2, 1) + chunk_rows("g2", "/d/b.txt", 1, 1)
+    block = writer(pa.Table.from_pylist(rows, schema=SCHEMA))
+    assert block.num_rows == 0 and block.schema == SUMMARY_SCHEMA
+    assert {s["group"]: (s["rows"], len(s["parts"])) for s in sent} == {"g1": (2, 1), "g2": (1, 1)}
+    assert increments and all(i.stages for i in increments)  # the write's time goes to the tally too
 
 
 def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_path):
