@@ -93,9 +93,8 @@ def pymalloc_mb() -> dict[str, float]:
     }
 
 
-def queues(ds) -> dict[str, int]:
+def queues(executor) -> dict[str, int]:
     """Blocks queued in front of each operator of the running dataset (Ray Data's private executor state)."""
-    executor = getattr(ds, "_current_executor", None) if ds is not None else None
     topology = dict(getattr(executor, "_topology", None) or {})
     return {op.name: state.total_enqueued_input_blocks() for op, state in topology.items()}
 
@@ -117,18 +116,22 @@ def main() -> None:
             used, free = glibc_mb()
             rss = process.memory_info().rss / 2**20
             samples.append((round(time.time() - started, 1), round(rss, 1), round(used, 1), round(free, 1)))
-            samples[-1] += (queues(found.get("ds")), rss_parts_mb())
+            samples[-1] += (queues(found.get("executor")), rss_parts_mb())
             time.sleep(1)
 
     run_groups = job._run_groups
 
     def observed(ds, *rest) -> None:  # the stream, then what the driver holds at its end
-        found["ds"] = ds
-        # The job iterates the dataset's references, which leaves the executor off the dataset; `queues` reads it.
-        execute = ds._execute_to_iterator
-        ds._execute_to_iterator = lambda capture_executor=False: execute(capture_executor=True)
+        # The job iterates the dataset's references, which leaves the executor off the dataset: kept here as made.
+        create = ds._create_executor
+
+        def created():
+            found["executor"] = create()
+            return found["executor"]
+
+        ds._create_executor = created
         run_groups(ds, *rest)
-        ops = getattr(ds._current_executor, "_topology", None) or {}
+        ops = getattr(found.get("executor"), "_topology", None) or {}
         found["ops"] = {
             op.name: [len(getattr(op, "_output_blocks_stats", [])), op.metrics.num_tasks_submitted] for op in ops
         }
