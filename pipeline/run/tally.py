@@ -3,10 +3,10 @@
 `RunCoordinator` holds the run's small shared state: the listing feed that the
 read waits on (`pipeline.run.listing_feed`), the tally that every stage
 reports to (`pipeline.run.stage_clock.RunTally`), and the writers' summary
-rows until the driver takes them (`pipeline.output.sink.WriteBlock`). One actor, not one each: a
-Ray worker process costs about 0.7 s of CPU to start (Ray's import and its
-core worker), and a job on a fresh local Ray started nine of them, its own and
-Ray Data's, before its first read.
+rows until the driver takes them (`pipeline.output.sink.WriteBlock`). One
+actor, not one each: a Ray worker process costs about 0.7 s of CPU to start
+(Ray's import and its core worker), and a job on a fresh local Ray started
+nine of them, its own and Ray Data's, before its first read.
 
 Its own module, without JAX: `SendToTally` is an argument of every stage's
 actors and tasks, and unpickling it imports the module that defines it.
