@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.attention._masking import MASK_VALUE
+from kernels.precision import MATMUL_PRECISION
 
 
 class State(NamedTuple):
@@ -34,7 +35,7 @@ def init(q: jax.Array) -> State:
 def _batched_dot(a: jax.Array, b: jax.Array, a_axis: int, b_axis: int) -> jax.Array:
     batch = tuple(range(a.ndim - 2))
     dims = (((a_axis % a.ndim,), (b_axis % b.ndim,)), (batch, batch))
-    return jax.lax.dot_general(a, b, dims, preferred_element_type=jnp.float32)
+    return jax.lax.dot_general(a, b, dims, precision=MATMUL_PRECISION, preferred_element_type=jnp.float32)
 
 
 def step(state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> State:

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.attention._masking import MASK_VALUE, visible
+from kernels.precision import MATMUL_PRECISION
 
 
 def reference_attention(
@@ -22,7 +23,8 @@ def reference_attention(
     window: int | None,
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
-    scores = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32) * scale
+    scores = jnp.einsum("btnh,bsnh->bnts", q, k, precision=MATMUL_PRECISION, preferred_element_type=jnp.float32)
+    scores = scores * scale
     if segment_ids is not None:
         segments = segment_ids[:, None, :, None], segment_ids[:, None, None, :]
     else:
@@ -32,7 +34,7 @@ def reference_attention(
     scores = jnp.where(valid, scores, MASK_VALUE)
     weights = jnp.where(valid, jnp.exp(scores - scores.max(axis=-1, keepdims=True)), 0.0)
     total = weights.sum(axis=-1)
-    out = jnp.einsum("bnts,bsnh->btnh", weights, v.astype(jnp.float32))
+    out = jnp.einsum("bnts,bsnh->btnh", weights, v.astype(jnp.float32), precision=MATMUL_PRECISION)
     # Queries that see no key have total 0 and weights 0: they come out as zeros.
     out = out / jnp.where(total == 0, 1.0, total).transpose(0, 2, 1)[..., None]
     return out.astype(q.dtype)

@@ -7,6 +7,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from kernels.precision import MATMUL_PRECISION
+
 ACTIVATION_FNS = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
@@ -17,7 +19,9 @@ ACTIVATION_FNS = {
 
 def xla_dense(x, w, bias, *, contract: int, activation: str | None, out_dtype):
     """activation(x @ w + bias): operands in w's dtype, accumulated, biased and activated in float32."""
-    y = jnp.tensordot(x.astype(w.dtype), w, axes=contract, preferred_element_type=jnp.float32)
+    y = jnp.tensordot(
+        x.astype(w.dtype), w, axes=contract, precision=MATMUL_PRECISION, preferred_element_type=jnp.float32
+    )
     if bias is not None:
         y = y + bias.astype(jnp.float32)
     if activation is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from kernels.precision import MATMUL_PRECISION
+
 POOLING_MODES = ("mean", "cls", "lasttoken")
 
 
@@ -18,7 +20,8 @@ def pool(hidden_BTD, segments_BT, n_slots: int, mode: str):
     T = hidden.shape[1]
     member_BTS = segments_BT[:, :, None] == jnp.arange(1, n_slots + 1)
     if mode == "mean":
-        summed_BSD = jnp.einsum("BTD,BTS->BSD", hidden, member_BTS.astype(jnp.float32))
+        # A sum as a matmul: at DEFAULT precision a GPU would round every hidden value to TF32.
+        summed_BSD = jnp.einsum("BTD,BTS->BSD", hidden, member_BTS.astype(jnp.float32), precision=MATMUL_PRECISION)
         count_BS = member_BTS.sum(axis=1)
         return summed_BSD / jnp.maximum(count_BS, 1)[..., None].astype(jnp.float32)
     t_T = jnp.arange(T)[None, :, None]
