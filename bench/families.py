@@ -3,20 +3,23 @@ tokens with blockwise against reference attention.
 
     python bench/families.py                       # windows 512, 2048, 8192; 2 rounds
     python bench/families.py --windows 512,2048 --rounds 3 --layers 4
+    python bench/families.py --dtypes float32,bfloat16   # each dtype's rate, and their ratio
 
 Each family runs a base-size configuration (the config.json of a published
 model, read by `kernels.encoders.config_from_hf`) with random weights from
 `init_params`: no download, no torch. A call encodes --tokens tokens: full rows
 of one window each (8192 tokens = 16 rows at 512, 1 row at 8192), every token
-real. Rounds alternate families and windows so that load from other work on a
-shared machine falls on all of them alike; each figure is the median over rounds
-with its spread, and the per-round ratio to the family's own rate at the first
-window is quoted too. A window longer than a model's positions is skipped
+real. Each dtype runs as the encoder runs it (`kernels.compute_dtype`:
+bfloat16 weights, and bfloat16 activations except on a CPU). Rounds alternate
+families, dtypes and windows so that load from other work on a shared machine
+falls on all of them alike; each figure is the median over rounds with its
+spread, and the per-round ratios to the family's own rate at the first window,
+and of each dtype to the first, are quoted too. A window longer than a model's positions is skipped
 (`check_window`), as the job would refuse it.
 
 Peak memory is XLA's compiled memory analysis of the whole forward pass at the
-largest window, one row: temp (activations) and temp + arguments + output
-(weights included). Nothing is run for it, so reference attention's [N, T, T]
+largest window, one row, in the first dtype: temp (activations) and temp +
+arguments + output (weights included). Nothing is run for it, so reference attention's [N, T, T]
 scores at 8,192 cost no memory here. Never run as a test; results go in
 BENCHMARKS.md.
 """
@@ -41,6 +44,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from kernels import encoders  # noqa: E402
+from kernels.compute_dtype import DTYPES, activation_dtype  # noqa: E402
 
 # Published configs (the fields that shape the computation), one per family.
 CONFIGS = {
@@ -148,6 +152,17 @@ def spread(values: list[float]) -> str:
     return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
 
 
+def ratio_spread(numerators: list[float], denominators: list[float]) -> str:
+    per_round = [a / b for a, b in zip(numerators, denominators)]
+    return f"{statistics.median(per_round):.2f} [{min(per_round):.2f}-{max(per_round):.2f}]"
+
+
+def params_in(cfg, dtype: str):
+    """Random weights cast as the encoder casts them for `dtype` on this platform."""
+    activations = activation_dtype(dtype, jax.default_backend())
+    return jax.device_put(encoders.cast_params(encoders.init_params(cfg), jnp.dtype(dtype), jnp.dtype(activations)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", default="512,2048,8192")
@@ -155,8 +170,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--layers", type=int, help="cut every model to this many layers (default: its own)")
     parser.add_argument("--families", help="comma-separated substrings of the family names (default: all)")
+    parser.add_argument("--dtypes", default="float32", help=f"comma-separated, of {', '.join(DTYPES)}")
     args = parser.parse_args()
     windows = [int(w) for w in args.windows.split(",")]
+    dtypes = args.dtypes.split(",")
+    if not set(dtypes) <= set(DTYPES):
+        parser.error(f"--dtypes: each of {', '.join(DTYPES)}, got {args.dtypes!r}")
     chosen = {
         name: config
         for name, config in CONFIGS.items()
@@ -165,25 +184,27 @@ def main() -> None:
 
     print(
         f"# bench/families.py, {datetime.date.today()}, {cpu_name()}, jax {jax.__version__}, "
-        f"{jax.devices()[0].platform}, float32, attention 'auto'"
+        f"{jax.devices()[0].platform} ({jax.devices()[0].device_kind}), {', '.join(dtypes)}, attention 'auto'"
     )
     models, calls = {}, {}
     for name, config in chosen.items():
         cfg = encoders.config_from_hf(config)
         if args.layers:
             cfg = dataclasses.replace(cfg, num_layers=args.layers, layer_kinds=cfg.layer_kinds[: args.layers])
-        models[name] = (cfg, jax.device_put(encoders.init_params(cfg)))
-        for window in windows:
-            try:
-                encoders.check_window(cfg, window)
-            except encoders.WindowTooLong:
-                continue
-            start = time.perf_counter()
-            calls[name, window] = (
-                compiled_forward(models[name][1], cfg, window, args.tokens, "auto"),
-                rows(window, args.tokens),
-            )
-            print(f"compiled {name} at {window} in {time.perf_counter() - start:.1f}s", file=sys.stderr)
+        for dtype in dtypes:
+            models[name, dtype] = (cfg, params_in(cfg, dtype))
+            for window in windows:
+                try:
+                    encoders.check_window(cfg, window)
+                except encoders.WindowTooLong:
+                    continue
+                start = time.perf_counter()
+                calls[name, dtype, window] = (
+                    compiled_forward(models[name, dtype][1], cfg, window, args.tokens, "auto"),
+                    rows(window, args.tokens),
+                )
+                elapsed = time.perf_counter() - start
+                print(f"compiled {name} {dtype} at {window} in {elapsed:.1f}s", file=sys.stderr)
 
     largest = max(windows)
     print(f"\n## peak memory of the forward pass at {largest} tokens, one row (XLA memory analysis), MiB")
@@ -192,7 +213,8 @@ def main() -> None:
         f"| total ratio | <= {MEMORY_BOUND:g} |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for name, (cfg, params) in models.items():
+    for name in chosen:
+        cfg, params = models[name, dtypes[0]]
         try:
             encoders.check_window(cfg, largest)
         except encoders.WindowTooLong:
@@ -206,35 +228,40 @@ def main() -> None:
         )
 
     # Compiled ahead of time, so no round compiles; every round counts.
-    rates: dict[tuple[str, int], list[float]] = {key: [] for key in calls}
+    rates: dict[tuple[str, str, int], list[float]] = {key: [] for key in calls}
     for round_ in range(args.rounds):
-        for (name, window), (fn, batch) in calls.items():
-            params = models[name][1]
+        for (name, dtype, window), (fn, batch) in calls.items():
+            params = models[name, dtype][1]
             start = time.perf_counter()
             fn(params, *batch).block_until_ready()
             seconds = time.perf_counter() - start
-            rates[name, window].append(batch[0].size / seconds)
-            print(f"round {round_} {name} {window}: {seconds:.2f}s", file=sys.stderr)
+            rates[name, dtype, window].append(batch[0].size / seconds)
+            print(f"round {round_} {name} {dtype} {window}: {seconds:.2f}s", file=sys.stderr)
 
     print(f"\n## tokens/s, {args.tokens} tokens per call, median [min-max] of {args.rounds} rounds")
     print(
-        "| family | "
+        "| family | dtype | "
         + " | ".join(f"window {w}" for w in windows)
         + " | "
         + " | ".join(f"{w} / {windows[0]}" for w in windows[1:])
         + " |"
     )
-    print("|---|" + "---:|" * (2 * len(windows) - 1))
+    print("|---|---|" + "---:|" * (2 * len(windows) - 1))
     for name in chosen:
-        cells = [spread(rates[name, w]) if (name, w) in rates else "beyond its positions" for w in windows]
-        ratios = []
-        for w in windows[1:]:
-            if (name, w) in rates and (name, windows[0]) in rates:
-                per_round = [a / b for a, b in zip(rates[name, w], rates[name, windows[0]])]
-                ratios.append(f"{statistics.median(per_round):.2f} [{min(per_round):.2f}-{max(per_round):.2f}]")
-            else:
-                ratios.append("-")
-        print(f"| {name} | " + " | ".join(cells + ratios) + " |")
+        for dtype in dtypes:
+            by_window = {w: rates[name, dtype, w] for w in windows if (name, dtype, w) in rates}
+            cells = [spread(by_window[w]) if w in by_window else "beyond its positions" for w in windows]
+            first = by_window.get(windows[0])
+            ratios = [ratio_spread(by_window[w], first) if w in by_window and first else "-" for w in windows[1:]]
+            print(f"| {name} | {dtype} | " + " | ".join(cells + ratios) + " |")
+
+    for dtype in dtypes[1:]:
+        print(f"\n## {dtype} / {dtypes[0]}, tokens/s per round, median [min-max]")
+        print("| family | " + " | ".join(f"window {w}" for w in windows) + " |")
+        print("|---|" + "---:|" * len(windows))
+        for name in chosen:
+            pairs = [(rates.get((name, dtype, w)), rates.get((name, dtypes[0], w))) for w in windows]
+            print(f"| {name} | " + " | ".join(ratio_spread(*pair) if pair[0] else "-" for pair in pairs) + " |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
+# Tiny random-weight encoders of every family, with their reference outputs (make_family_fixtures.py).
+FAMILY_FIXTURES = REPO / "tests" / "fixtures" / "families"
 # ../shared beside the clone, or DOCEMBED_SHARED where the shared folder lives elsewhere (a git worktree).
 SHARED = Path(os.environ.get("DOCEMBED_SHARED") or REPO.parent / "shared")
 CORPUS = SHARED / "corpus" / "py-pdf-sample-files"

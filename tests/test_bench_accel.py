@@ -42,6 +42,7 @@ def test_the_cpu_dry_run_writes_the_three_tables(tmp_path):
     for section, table_head in [
         ("## kernel contract tests", " passed"),
         ("## attention implementations", "| impl | head_dim | seq |"),
-        ("## encoder families", "| family | window 512 |"),
+        ("## encoder families", "| family | dtype | window 512 |"),
+        ("## encoder families", "## bfloat16 / float32, tokens/s per round"),
     ]:
         assert section in text and table_head in text.split(section, 1)[1], section

@@ -16,7 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from kernels.compute_dtype import choose_dtype
 
-from support import REPO, SAMPLES, terminal_output
+from support import FAMILY_FIXTURES, REPO, SAMPLES, terminal_output
 
 EMBED = [sys.executable, str(REPO / "jobs" / "embed.py")]
 
@@ -178,9 +178,6 @@ def test_a_terminal_gets_one_live_progress_line(tmp_path):
     assert "Running Dataset" not in text and "it/s]" not in text  # no Ray progress bars beside it
 
 
-FAMILIES = REPO / "tests" / "fixtures" / "families"
-
-
 def _config_change(change):
     def breakage(path):
         config = json.loads((path / "config.json").read_text())
@@ -229,7 +226,7 @@ def _drop_tensor(name):
 )
 def test_bad_models_are_one_line(tmp_path, fixture, breakage, extra, message):
     model = tmp_path / fixture
-    shutil.copytree(FAMILIES / fixture, model)
+    shutil.copytree(FAMILY_FIXTURES / fixture, model)
     if breakage:
         breakage(model)
     result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--model", str(model), *extra)

@@ -22,6 +22,8 @@ from pipeline.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "tests" / "fixtures" / "st_reference.npz"
+pytestmark = pytest.mark.bundled_model  # the default model, on 8 simulated CPU devices
+
 DEVICES = 8
 MESHES = ["data=1,model=1", "data=8,model=1", "data=4,model=2", "data=2,model=4"]
 # Meshes that the default model (12 heads, MLP 1536) or the 8 devices cannot take.

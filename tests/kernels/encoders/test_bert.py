@@ -14,7 +14,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from kernels import encoders
-from pipeline.encode import model_dir, model_location
+from pipeline.encode import model_dir
+
+from support import FAMILY_FIXTURES
 
 CONFIG = {
     "model_type": "bert",
@@ -95,7 +97,7 @@ def checkpoint(tmp_path):
     path.mkdir()
     save_file(tensors, str(path / "model.safetensors"))
     (path / "config.json").write_text(json.dumps(CONFIG))
-    (path / "tokenizer.json").write_text((model_location.default_model_dir() / "tokenizer.json").read_text())
+    (path / "tokenizer.json").write_text((FAMILY_FIXTURES / "bert-pooler" / "tokenizer.json").read_text())
     return path, tensors, rng
 
 

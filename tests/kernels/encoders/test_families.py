@@ -27,8 +27,9 @@ from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 from pipeline.text.tokenizer import Tokenizer
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "families"
-NAMES = sorted(p.stem for p in FIXTURES.glob("*.npz"))
+from support import FAMILY_FIXTURES
+
+NAMES = sorted(p.stem for p in FAMILY_FIXTURES.glob("*.npz"))
 FAMILY_OF = {"bert": "bert", "xlm": "xlm-roberta", "modernbert": "modernbert", "nomic": "nomic_bert", "gte": "gte"}
 IMPLS = ["reference", "blockwise"]
 COSINE = 0.99999
@@ -54,8 +55,8 @@ _cache: dict[str, Loaded] = {}
 
 def load(name: str) -> Loaded:
     if name not in _cache:
-        spec = model_dir.resolve(str(FIXTURES / name))
-        ref = dict(np.load(FIXTURES / f"{name}.npz"))
+        spec = model_dir.resolve(str(FAMILY_FIXTURES / name))
+        ref = dict(np.load(FAMILY_FIXTURES / f"{name}.npz"))
         ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(
             [str(t) for t in ref["texts"]], spec.max_seq_length
         )
@@ -212,7 +213,7 @@ def test_xlm_roberta_positions_start_after_the_pad_id():
 
 
 def test_the_family_comes_from_architectures_when_model_type_is_missing():
-    config = json.loads((FIXTURES / "gte-new-ntk" / "config.json").read_text())
+    config = json.loads((FAMILY_FIXTURES / "gte-new-ntk" / "config.json").read_text())
     del config["model_type"]
     assert encoders.config_from_hf(config).family == "gte"
 
@@ -222,7 +223,7 @@ def test_the_family_comes_from_architectures_when_model_type_is_missing():
 
 def broken_copy(tmp_path, name: str) -> Path:
     path = tmp_path / name
-    shutil.copytree(FIXTURES / name, path)
+    shutil.copytree(FAMILY_FIXTURES / name, path)
     return path
 
 
@@ -331,7 +332,7 @@ def test_a_window_longer_than_the_positions_is_refused():
     ],
 )
 def test_modernbert_options_not_implemented_are_refused(change, message):
-    config = json.loads((FIXTURES / "modernbert-hub-config" / "config.json").read_text())
+    config = json.loads((FAMILY_FIXTURES / "modernbert-hub-config" / "config.json").read_text())
     with pytest.raises(encoders.UnsupportedModel, match=message):
         encoders.config_from_hf(config | change)
 
@@ -347,7 +348,7 @@ def test_modernbert_options_not_implemented_are_refused(change, message):
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):
-    config = json.loads((FIXTURES / name / "config.json").read_text())
+    config = json.loads((FAMILY_FIXTURES / name / "config.json").read_text())
     with pytest.raises(encoders.UnsupportedModel, match=message):
         encoders.config_from_hf(config | change)
 

@@ -29,8 +29,8 @@ import pytest
 from pipeline.encode import hub, model_dir, model_location
 from pipeline.results import embedding_matrix, read_table
 
-REPO = Path(__file__).resolve().parents[3]
-FIXTURES = REPO / "tests" / "fixtures" / "families"
+from support import FAMILY_FIXTURES, REPO
+
 TOKEN = "hf_" + "s3cr3tTokenThatMustNeverBeLogged"
 MAIN, V1, PRIVATE = "a" * 40, "b" * 40, "c" * 40
 # repo -> {revision or commit: (commit, directory)}, and which repos need the token.
@@ -70,8 +70,8 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
             if revision not in revisions:
                 return self._error(404, "RevisionNotFound")
             files = sorted(
-                p.relative_to(FIXTURES / commits[revisions[revision]]).as_posix()
-                for p in (FIXTURES / commits[revisions[revision]]).rglob("*")
+                p.relative_to(FAMILY_FIXTURES / commits[revisions[revision]]).as_posix()
+                for p in (FAMILY_FIXTURES / commits[revisions[revision]]).rglob("*")
                 if p.is_file()
             )
             return self._json(
@@ -86,7 +86,7 @@ class HubHandler(http.server.BaseHTTPRequestHandler):
         if revision not in revisions:
             return self._error(404, "RevisionNotFound")
         commit = revisions[revision]
-        root = FIXTURES / commits[commit]
+        root = FAMILY_FIXTURES / commits[commit]
         if api and kind == "tree":
             files = [p for p in sorted(root.rglob("*")) if p.is_file()]
             entries = [
@@ -170,7 +170,7 @@ def resolve(model: str, env: dict) -> dict:
 
 
 def local(name: str) -> model_dir.ModelSpec:
-    return model_dir.resolve(str(FIXTURES / name))
+    return model_dir.resolve(str(FAMILY_FIXTURES / name))
 
 
 def test_hub_ids_are_told_apart_from_paths_and_uris(tmp_path, monkeypatch):
@@ -180,7 +180,7 @@ def test_hub_ids_are_told_apart_from_paths_and_uris(tmp_path, monkeypatch):
     # A local directory that exists wins over the hub id of the same spelling.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "acme").mkdir()
-    (tmp_path / "acme" / "tiny").symlink_to(FIXTURES / "bert-pooler")
+    (tmp_path / "acme" / "tiny").symlink_to(FAMILY_FIXTURES / "bert-pooler")
     assert model_location.locate("acme/tiny") == (Path("acme/tiny"), "acme/tiny")
 
 
@@ -251,7 +251,7 @@ def test_the_job_on_a_private_hub_model_never_shows_the_token(hub_env, tmp_path)
     vectors = embedding_matrix(read_table(str(out)))
     from pipeline import Embedder
 
-    want = Embedder.load(str(FIXTURES / "gte-new-ntk")).embed([(docs / "a.txt").read_text()])
+    want = Embedder.load(str(FAMILY_FIXTURES / "gte-new-ntk")).embed([(docs / "a.txt").read_text()])
     np.testing.assert_allclose(vectors, want, atol=1e-5)
     seen = {"stdout": result.stdout, "stderr": result.stderr}
     for root in (out, Path(ray_tmp)):

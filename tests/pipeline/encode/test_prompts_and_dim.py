@@ -7,7 +7,6 @@ embeddings of its texts with and without the `search_document` prompt.
 import dataclasses
 import json
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,9 @@ from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig, chunk_document
 from pipeline.text.tokenizer import Tokenizer
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "families"
-NOMIC = FIXTURES / "nomic-contrastors"
+from support import FAMILY_FIXTURES
+
+NOMIC = FAMILY_FIXTURES / "nomic-contrastors"
 COSINE = 0.99999
 
 
@@ -31,7 +31,7 @@ def cosine(a, b):
 
 @pytest.fixture(scope="module")
 def reference():
-    data = np.load(FIXTURES / "nomic-contrastors.npz")
+    data = np.load(FAMILY_FIXTURES / "nomic-contrastors.npz")
     return [str(t) for t in data["texts"]], data
 
 

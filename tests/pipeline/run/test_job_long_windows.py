@@ -24,7 +24,8 @@ from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.results import embedding_matrix, read_report, read_table
 from pipeline.text.tokenizer import Tokenizer
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "families"
+from support import FAMILY_FIXTURES
+
 WINDOW = 2048
 # Which fixture, and what else the run exercises: a prompt (NomicBERT's task prefixes), a Matryoshka dim.
 FAMILIES = {
@@ -47,7 +48,7 @@ def ray_local():
 def long_context_copy(name: str, root: Path) -> Path:
     """The fixture with WINDOW positions (learned position tables get rows added)."""
     path = root / name
-    shutil.copytree(FIXTURES / name, path)
+    shutil.copytree(FAMILY_FIXTURES / name, path)
     config = json.loads((path / "config.json").read_text())
     offset = config.get("pad_token_id", 0) + 1 if config["model_type"] == "xlm-roberta" else 0
     key = "n_positions" if "n_positions" in config else "max_position_embeddings"
