@@ -75,8 +75,9 @@ def _commit(fs: pafs.FileSystem, root: str, subdir: str, name: str, table: pa.Ta
 
 def write_block(
     batch: pa.Table, output: str, metadata: dict[str, str] | None = None, record: Record | None = None
-) -> pa.Table:
-    """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary row per group in `batch`.
+) -> list[dict]:
+    """Embedded chunk rows (and error rows) -> committed Parquet parts; one summary per group in `batch`
+    (a row of SUMMARY_SCHEMA).
 
     `record` gets the time this took.
     """
@@ -89,7 +90,7 @@ def write_block(
             summaries.append(_write_group(fs, root, group, rows, metadata or {}))
         counts.update(rows=batch.num_rows, parts=sum(len(s["parts"]) for s in summaries))
     clock.send()
-    return pa.Table.from_pylist(summaries, schema=SUMMARY_SCHEMA)
+    return summaries
 
 
 class WriteBlock:
@@ -110,9 +111,8 @@ class WriteBlock:
         self.output, self.metadata, self.record, self.send = output, metadata, record, send
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        summaries = write_block(batch, self.output, self.metadata, self.record)
-        self.send(summaries.to_pylist())
-        return summaries.slice(0, 0)
+        self.send(write_block(batch, self.output, self.metadata, self.record))
+        return SUMMARY_SCHEMA.empty_table()
 
 
 def _write_group(fs: pafs.FileSystem, root: str, group: str, rows: pa.Table, metadata: dict[str, str]) -> dict:

@@ -94,9 +94,7 @@ MANIFEST = {
 
 
 def write(rows: list[dict], output: str) -> list[dict]:
-    return sink.write_block(
-        pa.Table.from_pylist(rows, schema=SCHEMA), output, {"docembed.fingerprint": "f" * 16}
-    ).to_pylist()
+    return sink.write_block(pa.Table.from_pylist(rows, schema=SCHEMA), output, {"docembed.fingerprint": "f" * 16})
 
 
 def record(output: str, uris: list[str], group_size: int) -> dict[str, list[str]]:
@@ -128,6 +126,7 @@ def test_the_writer_sends_its_summaries_and_its_block_leaves_empty(tmp_path):
     block = writer(pa.Table.from_pylist(rows, schema=SCHEMA))
     assert block.num_rows == 0 and block.schema == SUMMARY_SCHEMA
     assert {s["group"]: (s["rows"], len(s["parts"])) for s in sent} == {"g1": (2, 1), "g2": (1, 1)}
+    assert pa.Table.from_pylist(sent, schema=SUMMARY_SCHEMA).to_pylist() == sent  # rows of the summary schema
     assert increments and all(i.stages for i in increments)  # the write's time goes to the tally too
 
 
