@@ -1,4 +1,4 @@
-"""The driver's C allocator: two glibc arenas, so that what its threads free is used again, not kept.
+"""The driver's allocators: two glibc arenas, and Arrow's buffers from glibc too, so that what is freed is reused.
 
 glibc gives each thread that allocates while others do an arena of its own, up
 to eight per core, and keeps what is freed in an arena for that arena's next
@@ -10,11 +10,23 @@ stayed flat over a run of PDFs while glibc's free memory in its arenas grew
 about 50 KB per second of run, most of the driver's growth per PDF; with two
 arenas it grew a tenth as fast. The driver computes nothing in parallel, so
 the threads' sharing of two arenas costs nothing that was measured.
+
+Arrow allocates from its own pool, mimalloc by default, which keeps freed
+memory for Arrow's next buffers. The driver's Arrow work is the listing and
+its record (Parquet parts of up to PART_ROWS entries), done in the run's
+first seconds, so what mimalloc kept from it grew with the corpus and stayed
+for the whole run. Measured (`jobs/embed.py` on 1,000 and 10,000 PDFs, 2-core
+AMD EPYC Zen 4, the driver's anonymous RSS at 20 s): 144.6 and 149.3 MB with
+mimalloc, 137.0 and 137.4 MB with the system pool (BENCHMARKS.md). The driver
+computes nothing on Arrow, so mimalloc's speed is not missed there; the
+stages' workers keep it.
 """
 
 from __future__ import annotations
 
 import ctypes
+
+import pyarrow as pa
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 DRIVER_ARENAS = 2
@@ -27,3 +39,8 @@ def limit_arenas(arenas: int = DRIVER_ARENAS) -> bool:
     except OSError:  # not glibc (macOS, musl): no per-thread arenas to cap
         return False
     return bool(libc.mallopt(M_ARENA_MAX, arenas))
+
+
+def arrow_on_malloc() -> None:
+    """Arrow's buffers allocated from now on in this process come from the C allocator (glibc's), not mimalloc."""
+    pa.set_memory_pool(pa.system_memory_pool())

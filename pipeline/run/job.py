@@ -43,7 +43,7 @@ from pipeline.output.groups import GroupCutter
 from pipeline.output.layout import FORMAT
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
-from pipeline.run.allocator import limit_arenas
+from pipeline.run.allocator import arrow_on_malloc, limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import ListingFailed
@@ -156,7 +156,9 @@ def _init_ray(verbosity: str) -> bool:
 def run(cfg: JobConfig) -> RunReport | None:
     """Runs the job. Returns its report, or None when `cfg.output` already holds a finished run."""
     started = time.time()
-    limit_arenas()  # before Ray's threads start: the driver's memory per file (pipeline.run.allocator)
+    # Before Ray's threads start and the listing's first buffer: the driver's memory per file (pipeline.run.allocator).
+    limit_arenas()
+    arrow_on_malloc()
     spec = model_dir.resolve(cfg.model)
     prompt = spec.prompt_text(cfg.prompt)
     tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)

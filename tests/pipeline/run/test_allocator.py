@@ -1,4 +1,4 @@
-"""The driver's glibc arenas: capped before its threads start, each thread no longer gets one of its own."""
+"""The driver's allocators: glibc's arenas capped before its threads start, and Arrow's buffers from glibc."""
 
 from __future__ import annotations
 
@@ -40,3 +40,23 @@ def _arenas(mode: str) -> int:
 def test_threads_started_after_the_cap_share_its_arenas():
     assert _arenas("uncapped") > DRIVER_ARENAS  # else the probe shows nothing
     assert _arenas("capped") == DRIVER_ARENAS
+
+
+ARROW_PROBE = """
+import pyarrow as pa
+from pipeline.run.allocator import arrow_on_malloc
+before = pa.default_memory_pool().backend_name
+arrow_on_malloc()
+system = pa.system_memory_pool()
+held = system.bytes_allocated()
+table = pa.table({"uri": [f"s3://bucket/file-{i}.pdf" for i in range(10_000)]})
+print(before, pa.default_memory_pool().backend_name, system.bytes_allocated() - held >= table.nbytes)
+"""
+
+
+def test_arrow_buffers_come_from_the_system_pool_after_the_switch():
+    repo = Path(__file__).resolve().parents[3]
+    run = subprocess.run([sys.executable, "-c", ARROW_PROBE], cwd=repo, capture_output=True, text=True, check=True)
+    before, after, counted = run.stdout.split()
+    assert before != "system"  # else the probe shows nothing: Arrow's default here is mimalloc or jemalloc
+    assert (after, counted) == ("system", "True")
