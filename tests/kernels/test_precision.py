@@ -7,6 +7,7 @@ with XLA's dense projections (oneDNN's, CPU only, are a custom call with no
 precision to ask), and every dot in them must say HIGHEST.
 """
 
+import json
 import re
 
 import jax
@@ -16,16 +17,10 @@ import pytest
 from kernels import encoders
 from kernels.attention import available_impls
 
-CONFIG = {
-    "model_type": "bert",
-    "vocab_size": 100,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 64,
-    "max_position_embeddings": 64,
-    "hidden_act": "gelu",
-}
+from support import FAMILY_FIXTURES
+
+# A tiny BERT's config.json, as the family tests load it (3 layers, 48 wide).
+CONFIG = json.loads((FAMILY_FIXTURES / "bert-pooler" / "config.json").read_text())
 
 
 def dot_precisions(fn, *args) -> list[str]:
