@@ -14,14 +14,14 @@ bfloat16 weights, and bfloat16 activations except on a CPU). Rounds alternate
 families, dtypes and windows so that load from other work on a shared machine
 falls on all of them alike; each figure is the median over rounds with its
 spread, and the per-round ratios to the family's own rate at the first window,
-and of each dtype to the first, are quoted too. A window longer than a model's positions is skipped
-(`check_window`), as the job would refuse it.
+and of each dtype to the first, are quoted too. A window longer than a model's
+positions is skipped (`check_window`), as the job would refuse it.
 
 Peak memory is XLA's compiled memory analysis of the whole forward pass at the
 largest window, one row, in the first dtype: temp (activations) and temp +
-arguments + output (weights included). Nothing is run for it, so reference attention's [N, T, T]
-scores at 8,192 cost no memory here. Never run as a test; results go in
-BENCHMARKS.md.
+arguments + output (weights included). Nothing is run for it, so reference
+attention's [N, T, T] scores at 8,192 cost no memory here. Never run as a
+test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
