@@ -33,6 +33,10 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
+from pipeline.run.allocator import arrow_on_malloc  # noqa: E402
+
+arrow_on_malloc()  # before pyarrow loads, as the driver's command does (pipeline.cli.embed)
+
 from machine import cpu_description  # noqa: E402
 from scale import cut_model, pdf_corpus, tiny_corpus  # noqa: E402
 

@@ -1,8 +1,8 @@
 """Where a job's CPU goes: every process it starts, by Ray process title, over time.
 
-    .venv/bin/python bench/job_cpu.py [--copies N] [--input DIR]
+    .venv/bin/python bench/job_cpu.py [--copies N] [--input DIR] [--dtype D]
 
-Runs the job (a private local Ray, default options) on the bundled samples (or
+Runs the job (a private local Ray, default options but the encoder's dtype) on the bundled samples (or
 --input) copied N times, in a child process, and samples `/proc/<pid>/stat` of
 the child and all its descendants every 0.2 s. Each interval's CPU time is
 charged to the process's title at the interval's end (Ray retitles a worker
@@ -29,13 +29,16 @@ sys.path.insert(0, str(REPO))
 from corpus import corpus_copies  # noqa: E402  (bench/corpus.py)
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
+from kernels.compute_dtype import DTYPES  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
 ENCODER_TITLE = "EncodeBlock"
 JOB = """
 import sys, time
 from pipeline import JobConfig, run_job
+from pipeline.encode.encoder_config import EncoderConfig
 t = time.perf_counter()
-report = run_job(JobConfig(inputs=(sys.argv[1],), output=sys.argv[2]))
+report = run_job(JobConfig(inputs=(sys.argv[1],), output=sys.argv[2], encoder=EncoderConfig(dtype=sys.argv[3])))
 encode = report.stages.stages["encode"]
 print(f"job: {time.perf_counter() - t:.1f} s wall, encoder span {encode.span_s:.1f} s, busy {encode.busy_s:.1f} s")
 """
@@ -81,11 +84,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", type=Path, default=REPO / "samples")
     p.add_argument("--copies", type=int, default=20)
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="the encoder's")
     a = p.parse_args()
     print(cpu_description())
     with tempfile.TemporaryDirectory() as tmp:
         corpus = corpus_copies(a.input, a.copies, Path(tmp) / "corpus")
-        child = subprocess.Popen([sys.executable, "-c", JOB, str(corpus), str(Path(tmp) / "out")], cwd=REPO)
+        child = subprocess.Popen([sys.executable, "-c", JOB, str(corpus), str(Path(tmp) / "out"), a.dtype], cwd=REPO)
         snaps = [(time.time(), snapshot())]
         while child.poll() is None:
             time.sleep(0.2)

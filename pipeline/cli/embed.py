@@ -11,16 +11,21 @@ with one line on stderr and exit 2; Ctrl-C or SIGTERM with one line and exit
 
 from __future__ import annotations
 
-import logging
-import sys
+from pipeline.run.allocator import arrow_on_malloc
 
-from pipeline import run_job
-from pipeline.cli import error_line
-from pipeline.errors import UserError
-from pipeline.io.filesystems import redact
-from pipeline.options import parse_job_args
-from pipeline.run.console import docembed_level
-from pipeline.run.shutdown import Interrupted
+# Before any import loads pyarrow: then all of the driver's Arrow buffers come from glibc (pipeline.run.allocator).
+arrow_on_malloc()
+
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+from pipeline import run_job  # noqa: E402
+from pipeline.cli import error_line  # noqa: E402
+from pipeline.errors import UserError  # noqa: E402
+from pipeline.io.filesystems import redact  # noqa: E402
+from pipeline.options import parse_job_args  # noqa: E402
+from pipeline.run.console import docembed_level  # noqa: E402
+from pipeline.run.shutdown import Interrupted  # noqa: E402
 
 
 def main(argv: list[str] | None = None, prog: str = "jobs/embed.py") -> int:

@@ -20,16 +20,25 @@ AMD EPYC Zen 4, the driver's anonymous RSS at 20 s): 144.6 and 149.3 MB with
 mimalloc, 137.0 and 137.4 MB with the system pool (BENCHMARKS.md). The driver
 computes nothing on Arrow, so mimalloc's speed is not missed there; the
 stages' workers keep it.
+
+Arrow C++ picks its default pool once, when pyarrow loads, and the Parquet
+writer takes its buffers from that pool whatever pyarrow's own default says
+(`pa.set_memory_pool`): written after a late switch, the record's parts still
+came from mimalloc (8 MB at most for a part of 65,536 entries), which kept them.
+So the driver's command switches before anything loads pyarrow
+(`pipeline.cli.embed`), and `run()` switches again for a caller that loaded it
+already, where only pyarrow's own allocations follow.
 """
 
 from __future__ import annotations
 
 import ctypes
-
-import pyarrow as pa
+import os
+import sys
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
 DRIVER_ARENAS = 2
+ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"  # read by Arrow C++ once, as pyarrow loads
 
 
 def limit_arenas(arenas: int = DRIVER_ARENAS) -> bool:
@@ -42,5 +51,17 @@ def limit_arenas(arenas: int = DRIVER_ARENAS) -> bool:
 
 
 def arrow_on_malloc() -> None:
-    """Arrow's buffers allocated from now on in this process come from the C allocator (glibc's), not mimalloc."""
+    """Arrow's buffers allocated from now on in this process come from the C allocator (glibc's), not mimalloc:
+    all of them when pyarrow is not loaded yet, pyarrow's own otherwise. A pool the user chose stays."""
+    if os.environ.get(ARROW_POOL):
+        return
+    if "pyarrow" not in sys.modules:
+        os.environ[ARROW_POOL] = "system"
+        try:
+            import pyarrow  # noqa: F401  (Arrow C++ reads the variable here)
+        finally:
+            # Unset again: the processes this one starts (Ray's, the stages' workers) keep mimalloc.
+            del os.environ[ARROW_POOL]
+    import pyarrow as pa
+
     pa.set_memory_pool(pa.system_memory_pool())

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pipeline.run.allocator import DRIVER_ARENAS
+from pipeline.run.allocator import ARROW_POOL, DRIVER_ARENAS
 
 # Six threads hold memory at once while glibc prints its arenas (malloc_stats, to stderr).
 PROBE = """
@@ -43,20 +44,52 @@ def test_threads_started_after_the_cap_share_its_arenas():
 
 
 ARROW_PROBE = """
-import pyarrow as pa
+import io, os, subprocess, sys
 from pipeline.run.allocator import arrow_on_malloc
-before = pa.default_memory_pool().backend_name
+if sys.argv[1] == "late":
+    import pyarrow
 arrow_on_malloc()
+import pyarrow as pa, pyarrow.parquet as pq
 system = pa.system_memory_pool()
 held = system.bytes_allocated()
 table = pa.table({"uri": [f"s3://bucket/file-{i}.pdf" for i in range(10_000)]})
-print(before, pa.default_memory_pool().backend_name, system.bytes_allocated() - held >= table.nbytes)
+counted = system.bytes_allocated() - held >= table.nbytes
+# The Parquet writer allocates from Arrow C++'s default pool, which pyarrow's switch does not reach.
+pq.write_table(table, io.BytesIO(), compression="zstd")
+child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))"],
+                       capture_output=True, text=True, check=True).stdout.strip()
+print(pa.default_memory_pool().backend_name, counted, pa.mimalloc_memory_pool().max_memory() > 0, child)
 """
 
 
-def test_arrow_buffers_come_from_the_system_pool_after_the_switch():
+def _arrow_probe(when: str, env: dict[str, str] | None = None) -> list[str]:
     repo = Path(__file__).resolve().parents[3]
-    run = subprocess.run([sys.executable, "-c", ARROW_PROBE], cwd=repo, capture_output=True, text=True, check=True)
-    before, after, counted = run.stdout.split()
-    assert before != "system"  # else the probe shows nothing: Arrow's default here is mimalloc or jemalloc
-    assert (after, counted) == ("system", "True")
+    run = subprocess.run(
+        [sys.executable, "-c", ARROW_PROBE, when], cwd=repo, capture_output=True, text=True, check=True, env=env
+    )
+    return run.stdout.split()
+
+
+@pytest.fixture
+def without_arrow_pool(monkeypatch):
+    """This environment without a user's choice of Arrow pool; Arrow's own default is mimalloc here."""
+    monkeypatch.delenv(ARROW_POOL, raising=False)
+    import pyarrow as pa
+
+    if pa.default_memory_pool().backend_name != "mimalloc":
+        pytest.skip("this pyarrow's default pool is not mimalloc: the probe would show nothing")
+    return dict(os.environ)
+
+
+def test_a_switch_before_pyarrow_loads_takes_every_arrow_buffer_to_the_system_pool(without_arrow_pool):
+    # The Parquet writer too; the processes the driver starts keep Arrow's default (the variable is unset).
+    assert _arrow_probe("first", without_arrow_pool) == ["system", "True", "False", "None"]
+
+
+def test_a_late_switch_reaches_pyarrow_but_not_the_parquet_writer(without_arrow_pool):
+    assert _arrow_probe("late", without_arrow_pool) == ["system", "True", "True", "None"]
+
+
+def test_a_pool_the_user_chose_stays(without_arrow_pool):
+    chosen = {**without_arrow_pool, ARROW_POOL: "mimalloc"}
+    assert _arrow_probe("first", chosen) == ["mimalloc", "False", "True", "mimalloc"]
