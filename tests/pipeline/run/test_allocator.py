@@ -72,12 +72,13 @@ def _arrow_probe(when: str, env: dict[str, str] | None = None) -> list[str]:
 
 @pytest.fixture
 def without_arrow_pool(monkeypatch):
-    """This environment without a user's choice of Arrow pool; Arrow's own default is mimalloc here."""
+    """This environment without a user's choice of Arrow pool, where Arrow's own default is mimalloc."""
     monkeypatch.delenv(ARROW_POOL, raising=False)
-    import pyarrow as pa
-
-    if pa.default_memory_pool().backend_name != "mimalloc":
-        pytest.skip("this pyarrow's default pool is not mimalloc: the probe would show nothing")
+    # Asked of a fresh process: this one may have switched already (importing pipeline.cli.embed does).
+    default = "import pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+    run = subprocess.run([sys.executable, "-c", default], capture_output=True, text=True, check=True)
+    if run.stdout.strip() != "mimalloc":
+        pytest.skip(f"this pyarrow's default pool is {run.stdout.strip()}: the probe would show nothing")
     return dict(os.environ)
 
 
