@@ -2,14 +2,14 @@
 
     .venv/bin/python bench/job_cpu.py [--copies N] [--input DIR] [--dtype D]
 
-Runs the job (a private local Ray, default options but the encoder's dtype) on the bundled samples (or
---input) copied N times, in a child process, and samples `/proc/<pid>/stat` of
-the child and all its descendants every 0.2 s. Each interval's CPU time is
-charged to the process's title at the interval's end (Ray retitles a worker
-`ray::<actor or task>`), so a worker that ran several things shows each. Prints
-the CPU-seconds per title over the run, the encoder actor's cores against all
-other processes' per second, and each process's first sighting and titles.
-Linux only. This is how BENCHMARKS.md's "Where the gap was" was found.
+Runs the job (a private local Ray, default options but the encoder's dtype) on
+the bundled samples (or --input) copied N times, in a child process, and
+samples `/proc/<pid>/stat` of the child and all its descendants every 0.2 s.
+Each interval's CPU time is charged to the process's title at the interval's
+end (Ray retitles a worker `ray::<actor or task>`), so a worker that ran
+several things shows each. Prints the CPU-seconds per title over the run, the
+encoder actor's cores against all other processes' per second, and each
+process's first sighting and titles. Linux only. This is how BENCHMARKS.md's "Where the gap was" was found.
 """
 
 from __future__ import annotations

@@ -31,10 +31,18 @@ barrier.wait()
 """
 
 
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _child(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`code` run by a fresh interpreter in the repository, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, check=True, env=env
+    )
+
+
 def _arenas(mode: str) -> int:
-    repo = Path(__file__).resolve().parents[3]
-    run = subprocess.run([sys.executable, "-c", PROBE, mode], cwd=repo, capture_output=True, text=True, check=True)
-    return sum(line.startswith("Arena ") for line in run.stderr.splitlines())
+    return sum(line.startswith("Arena ") for line in _child(PROBE, mode).stderr.splitlines())
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's arenas")
@@ -62,12 +70,8 @@ print(pa.default_memory_pool().backend_name, counted, pa.mimalloc_memory_pool().
 """
 
 
-def _arrow_probe(when: str, env: dict[str, str] | None = None) -> list[str]:
-    repo = Path(__file__).resolve().parents[3]
-    run = subprocess.run(
-        [sys.executable, "-c", ARROW_PROBE, when], cwd=repo, capture_output=True, text=True, check=True, env=env
-    )
-    return run.stdout.split()
+def _arrow_probe(when: str, env: dict[str, str]) -> list[str]:
+    return _child(ARROW_PROBE, when, env=env).stdout.split()
 
 
 @pytest.fixture
@@ -75,10 +79,9 @@ def without_arrow_pool(monkeypatch):
     """This environment without a user's choice of Arrow pool, where Arrow's own default is mimalloc."""
     monkeypatch.delenv(ARROW_POOL, raising=False)
     # Asked of a fresh process: this one may have switched already (importing pipeline.cli.embed does).
-    default = "import pyarrow; print(pyarrow.default_memory_pool().backend_name)"
-    run = subprocess.run([sys.executable, "-c", default], capture_output=True, text=True, check=True)
-    if run.stdout.strip() != "mimalloc":
-        pytest.skip(f"this pyarrow's default pool is {run.stdout.strip()}: the probe would show nothing")
+    default = _child("import pyarrow; print(pyarrow.default_memory_pool().backend_name)").stdout.strip()
+    if default != "mimalloc":
+        pytest.skip(f"this pyarrow's default pool is {default}: the probe would show nothing")
     return dict(os.environ)
 
 
