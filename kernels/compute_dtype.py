@@ -14,9 +14,10 @@ and says why: its bfloat16 arithmetic is float32 arithmetic with conversions
 around it (the old all-bfloat16 program ran at 0.71x of float32 on a Zen 3).
 
 On a CPU, bfloat16 means bfloat16 matmul operands (the weights, and each
-matmul's input rounded to them), accumulated in float32, with the activations,
-norms and attention in float32: XLA:CPU computes elementwise bfloat16 in
-float32 anyway, with a convert on each side.
+matmul's input rounded to them), accumulated in float32, attention's QK and PV
+dots included (its keys centred first: `encoders._blocks.attention_operands`),
+with the activations, norms and softmax in float32: XLA:CPU computes
+elementwise bfloat16 in float32 anyway, with a convert on each side.
 """
 
 from __future__ import annotations

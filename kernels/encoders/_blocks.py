@@ -46,6 +46,7 @@ from kernels.attention import attention
 from kernels.attention._platform import platform
 from kernels.dense import dense
 from kernels.encoders._config import ACTIVATIONS, LayerKind, ModelConfig, Params
+from kernels.precision import MATMUL_PRECISION
 from kernels.sharding import sum_shards
 from kernels.sharding_rules import ShardingRules
 
@@ -157,39 +158,66 @@ def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None, den
     return _plus(down_BTD, layer.get("down_bias_LD"))
 
 
-def self_attention(x_BTD, layer: Params, attend, rules: ShardingRules | None, dense_impl: str):
-    """Projections around `attend(q, k, v) -> ctx`. Heads are split over `model`: the
-    out-projection is a partial sum until psummed, its bias added once after."""
+def self_attention(x_BTD, layer: Params, attend, kind_index, rules: ShardingRules | None, dense_impl: str):
+    """Projections around `attend(q, k, v, matmul_dtype, kind_index) -> ctx`. Heads are split over `model`:
+    the out-projection is a partial sum until psummed, its bias added once after."""
     # One matmul for the three: a third of the calls, each three times as wide. The weights are
     # joined per layer, a copy of 3 x D x N x H, small beside the matmul over every token.
     w_DXNH = jnp.concatenate([layer[f"{name}_LDNH"] for name in "qkv"], axis=1)
     biases = [layer.get(f"{name}_bias_LNH") for name in "qkv"]
     bias_XNH = None if biases[0] is None else jnp.concatenate(biases, axis=0)
     q, k, v = jnp.split(dense(x_BTD, w_DXNH, bias_XNH, impl=dense_impl), 3, axis=2)
-    ctx_BTNH = attend(q, k, v)
+    ctx_BTNH = attend(q, k, v, w_DXNH.dtype, kind_index)
     out_BTD = sum_shards(
         dense(ctx_BTNH, layer["out_LNHD"], contract=2, out_dtype=x_BTD.dtype, impl=dense_impl), "heads", rules
     )
     return _plus(out_BTD, layer.get("out_bias_LD"))
 
 
+def attention_operands(q_BTNH, k_BTNH, v_BTNH, matmul_dtype, tokens_BT):
+    """q, k, v rounded to `matmul_dtype` for attention's dots where it is narrower than theirs (bfloat16
+    weights under float32 activations, as a CPU runs bfloat16); unchanged otherwise.
+
+    k first loses its mean over the row's tokens (`tokens_BT`: True where not padding). That shifts
+    all of a query's scores by one constant, which its softmax ignores, so the result is the same; but
+    the rounding error then scales with how the keys differ, not with the offset they share, which is
+    large in BERT-like models: all-MiniLM-L6-v2's mixed texts in bfloat16 kept a min cosine of 0.99994
+    to float32 with it and 0.99987 without (BENCHMARKS.md). The sequence axis is never sharded, so
+    the mean is the whole row's under `shard_map` too."""
+    if jnp.dtype(matmul_dtype).itemsize >= q_BTNH.dtype.itemsize:
+        return q_BTNH, k_BTNH, v_BTNH
+    weights_BT = tokens_BT.astype(k_BTNH.dtype)
+    # A dot, not a sum over the sequence axis: XLA:CPU reduced that strided axis at 4x the cost.
+    sum_BNH = jnp.einsum("bt,btnh->bnh", weights_BT, k_BTNH, precision=MATMUL_PRECISION)
+    mean_B1NH = (sum_BNH / jnp.maximum(weights_BT.sum(axis=1), 1)[:, None, None])[:, None]
+    return q_BTNH.astype(matmul_dtype), (k_BTNH - mean_B1NH).astype(matmul_dtype), v_BTNH.astype(matmul_dtype)
+
+
 def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_impl: str):
-    """attend(q, k, v, kind_index): the attention of each distinct layer kind, RoPE included."""
+    """attend(q, k, v, matmul_dtype, kind_index): the attention of each distinct layer kind, RoPE
+    included, its dots in `matmul_dtype` (`attention_operands`)."""
+    tokens_BT = segments_BT != 0
+    # Once per forward pass, outside the layers' loop.
+    tables = [
+        None if kind.rope is None else rope_tables(positions_BT, kind.rope.inv_freq(cfg.head_dim)) for kind in cfg.kinds
+    ]
 
-    def for_kind(kind: LayerKind):
-        tables = None if kind.rope is None else rope_tables(positions_BT, kind.rope.inv_freq(cfg.head_dim))
-
+    def for_kind(kind: LayerKind, rope, matmul_dtype):
         def attend(q, k, v):
-            if tables is not None:
-                q, k = apply_rope(q, *tables), apply_rope(k, *tables)
+            if rope is not None:
+                q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            q, k, v = attention_operands(q, k, v, matmul_dtype, tokens_BT)
             return attention(q, k, v, segment_ids=segments_BT, window=kind.window, impl=attention_impl)
 
         return attend
 
-    branches = [for_kind(kind) for kind in cfg.kinds]
-    if len(branches) == 1:
-        return lambda q, k, v, kind_index: branches[0](q, k, v)
-    return lambda q, k, v, kind_index: jax.lax.switch(kind_index, branches, q, k, v)
+    def attend(q, k, v, matmul_dtype, kind_index):
+        branches = [for_kind(kind, rope, matmul_dtype) for kind, rope in zip(cfg.kinds, tables)]
+        if len(branches) == 1:
+            return branches[0](q, k, v)
+        return jax.lax.switch(kind_index, branches, q, k, v)
+
+    return attend
 
 
 def forward(
@@ -223,9 +251,7 @@ def forward(
     eps = cfg.norm_eps
 
     def post_norm(x_BTD, layer, index):
-        attn_BTD = self_attention(
-            x_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules, dense_impl
-        )
+        attn_BTD = self_attention(x_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl)
         x_BTD = layer_norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
         mlp_BTD = mlp(x_BTD, layer, cfg, rules, dense_impl)
         return layer_norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
@@ -233,9 +259,7 @@ def forward(
     def pre_norm(x_BTD, layer, index):
         normed_BTD = layer_norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
         attn_in_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
-        x_BTD = x_BTD + self_attention(
-            attn_in_BTD, layer, lambda q, k, v: attend(q, k, v, kind_of_layer_L[index]), rules, dense_impl
-        )
+        x_BTD = x_BTD + self_attention(attn_in_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl)
         mlp_in_BTD = layer_norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
         return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules, dense_impl)
 
