@@ -113,11 +113,12 @@ def compare(
     reference: np.ndarray,
     rounds: int,
     flops_per_token: float | None = None,
-) -> None:
+) -> dict[str, list[float]]:
     """Alternates rounds of every runner over `texts` (order reversed every other round) and prints each
     runner's median tokens/s with its spread, its min cosine to `reference` [n, dim], and its tokens/s
     over the first runner's: the median and range of that ratio within a round. A runner embeds `texts`
-    and returns [n, dim]; its first call, untimed, compiles and allocates and gives the cosines."""
+    and returns [n, dim]; its first call, untimed, compiles and allocates and gives the cosines.
+    Returns each runner's seconds per round."""
     cosines = {name: min_cosine(reference, run()) for name, run in runners.items()}
     times: dict[str, list[float]] = {name: [] for name in runners}
     names = list(runners)
@@ -138,6 +139,7 @@ def compare(
             f"{name:62s} {rate:9,.0f} {tokens / max(ts):7,.0f}-{tokens / min(ts):<7,.0f} {gflops} "
             f"{cosines[name]:8.6f}  {statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
         )
+    return times
 
 
 def main() -> None:
