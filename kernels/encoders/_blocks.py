@@ -181,7 +181,7 @@ def attention_operands(q_BTNH, k_BTNH, v_BTNH, matmul_dtype, tokens_BT):
     k first loses its mean over the row's tokens (`tokens_BT`: True where not padding). That shifts
     all of a query's scores by one constant, which its softmax ignores, so the result is the same; but
     the rounding error then scales with how the keys differ, not with the offset they share, which is
-    large in BERT-like models: all-MiniLM-L6-v2's mixed texts in bfloat16 kept a min cosine of 0.99994
+    large in BERT-like models: all-MiniLM-L6-v2's mixed texts in bfloat16 kept a min cosine of 0.99995
     to float32 with it and 0.99987 without (BENCHMARKS.md). The sequence axis is never sharded, so
     the mean is the whole row's under `shard_map` too."""
     if jnp.dtype(matmul_dtype).itemsize >= q_BTNH.dtype.itemsize:
