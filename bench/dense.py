@@ -40,7 +40,7 @@ use_cpu_devices()  # before JAX's backend starts, as the encoder does
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from encoder import CORPUS, corpus_words, min_cosine, mixed_texts, pieces, timed  # noqa: E402
+from encoder import CORPUS, corpus_words, min_cosine, mixed_texts, pieces, spread, timed  # noqa: E402
 from families import CONFIGS, compiled_forward, rows  # noqa: E402
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
@@ -60,10 +60,6 @@ def seconds(fn, *args, calls: int = 10) -> float:
     call = lambda: jax.block_until_ready(fn(*args))  # noqa: E731
     call()
     return statistics.median(timed(call) for _ in range(calls))
-
-
-def spread(ratios: list[float]) -> str:
-    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}-{max(ratios):.2f}]"
 
 
 def matmul_table(rounds: int, m: int = 1024, k: int = 384, n: int = 1536) -> None:

@@ -105,6 +105,11 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(((a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)).min())
 
 
+def spread(ratios: list[float], digits: int = 2) -> str:
+    """Ratios measured round by round, as 'median x [min-max]'."""
+    return f"{statistics.median(ratios):.{digits}f}x [{min(ratios):.{digits}f}-{max(ratios):.{digits}f}]"
+
+
 def compare(
     title: str,
     texts: list[str],
@@ -134,10 +139,10 @@ def compare(
     for name, ts in times.items():
         rate = tokens / statistics.median(ts)
         gflops = f"{rate * flops_per_token / 1e9:8.1f}" if flops_per_token else f"{'':8s}"
-        ratios = sorted(a / b for a, b in zip(times[first], ts))
+        ratios = [a / b for a, b in zip(times[first], ts)]
         print(
             f"{name:62s} {rate:9,.0f} {tokens / max(ts):7,.0f}-{tokens / min(ts):<7,.0f} {gflops} "
-            f"{cosines[name]:8.6f}  {statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+            f"{cosines[name]:8.6f}  {spread(ratios)}"
         )
     return times
 

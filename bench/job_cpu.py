@@ -9,7 +9,8 @@ Each interval's CPU time is charged to the process's title at the interval's
 end (Ray retitles a worker `ray::<actor or task>`), so a worker that ran
 several things shows each. Prints the CPU-seconds per title over the run, the
 encoder actor's cores against all other processes' per second, and each
-process's first sighting and titles. Linux only. This is how BENCHMARKS.md's "Where the gap was" was found.
+process's first sighting and titles. Linux only. This is how BENCHMARKS.md's
+"Where the gap was" was found.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from encoder import CORPUS, compare, corpus_words, count_tokens, mixed_texts, pieces  # noqa: E402
+from encoder import CORPUS, compare, corpus_words, count_tokens, mixed_texts, pieces, spread  # noqa: E402
 from machine import cpu_description  # noqa: E402  (bench/machine.py)
 from worker import Worker  # noqa: E402  (bench/worker.py)
 
@@ -250,8 +249,8 @@ def main() -> None:
 
 def head_to_head(times: dict[str, list[float]], ours: str, theirs: str) -> None:
     """`ours`'s tokens/s over `theirs`'s within each round, median and range: a tie shows as a range across 1."""
-    ratios = sorted(t / o for o, t in zip(times[ours], times[theirs]))
-    print(f"{ours} over {theirs}, round by round: {statistics.median(ratios):.3f}x [{ratios[0]:.3f}-{ratios[-1]:.3f}]")
+    ratios = [t / o for o, t in zip(times[ours], times[theirs])]
+    print(f"{ours} over {theirs}, round by round: {spread(ratios, 3)}")
 
 
 if __name__ == "__main__":
