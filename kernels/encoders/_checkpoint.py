@@ -101,32 +101,23 @@ class Checkpoint:
         return out | self.norm(norm, "ln", "D")
 
     def attention_in(self, q: str, k: str, v: str) -> dict[str, np.ndarray]:
-        """Separate Q, K, V projections [N*H, D] -> q/k/v_LDNH (one layer's slice) and their biases."""
+        """Separate Q, K, V projections [N*H, D] -> qkv_LDXNH (one layer's slice, X the three in the
+        order q, k, v) and its bias."""
         c = self.cfg
         width = c.num_heads * c.head_dim
-        out = {}
-        for x, name in zip("qkv", (q, k, v)):
-            w, b = self._linear(name, c.hidden_size, width, "qkv")
-            out[f"{x}_LDNH"] = w.reshape(c.hidden_size, c.num_heads, c.head_dim)
-            if b is not None:
-                out[f"{x}_bias_LNH"] = b.reshape(c.num_heads, c.head_dim)
+        linears = [self._linear(name, c.hidden_size, width, "qkv") for name in (q, k, v)]
+        w_XDNH = self._stack([w.reshape(c.hidden_size, c.num_heads, c.head_dim) for w, _ in linears])
+        out = {"qkv_LDXNH": np.moveaxis(w_XDNH, 0, 1)}
+        if linears[0][1] is not None:
+            out["qkv_bias_LXNH"] = self._stack([b.reshape(c.num_heads, c.head_dim) for _, b in linears])
         return out
 
     def fused_qkv(self, name: str) -> dict[str, np.ndarray]:
         """A fused [3*N*H, D] projection, rows q then k then v -> as `attention_in`."""
         c = self.cfg
-        width = c.num_heads * c.head_dim
-        w, b = self._linear(name, c.hidden_size, 3 * width, "qkv")
-        out = {
-            f"{x}_LDNH": w[:, i * width : (i + 1) * width].reshape(c.hidden_size, c.num_heads, c.head_dim)
-            for i, x in enumerate("qkv")
-        }
-        if b is not None:
-            out |= {
-                f"{x}_bias_LNH": b[i * width : (i + 1) * width].reshape(c.num_heads, c.head_dim)
-                for i, x in enumerate("qkv")
-            }
-        return out
+        w, b = self._linear(name, c.hidden_size, 3 * c.num_heads * c.head_dim, "qkv")
+        out = {"qkv_LDXNH": w.reshape(c.hidden_size, 3, c.num_heads, c.head_dim)}
+        return out if b is None else out | {"qkv_bias_LXNH": b.reshape(3, c.num_heads, c.head_dim)}
 
     def attention_out(self, name: str) -> dict[str, np.ndarray]:
         """Out-projection [D, N*H] -> out_LNHD and its bias."""
@@ -179,7 +170,7 @@ class Checkpoint:
         }
 
     def stack(self, layers: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """One dict per layer, named as stacked (`q_LDNH` holding one layer's DNH) -> the stacked arrays."""
+        """One dict per layer, named as stacked (`qkv_LDXNH` holding one layer's DXNH) -> the stacked arrays."""
         return {name: self._stack([layer[name] for layer in layers]) for name in layers[0]}
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:

@@ -32,12 +32,8 @@ DEFAULT_MESHES = ["", "model=2"]  # axes left out, filled in from the 8 devices
 BATCH_SIZE = 4  # small batches: 8 CPU devices share this machine's few cores
 
 SPLIT_OVER_HEADS_OR_MLP = {
-    "q_LDNH",
-    "k_LDNH",
-    "v_LDNH",
-    "q_bias_LNH",
-    "k_bias_LNH",
-    "v_bias_LNH",
+    "qkv_LDXNH",
+    "qkv_bias_LXNH",
     "out_LNHD",
     "up_LDF",
     "up_bias_LF",
