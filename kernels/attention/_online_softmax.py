@@ -43,9 +43,11 @@ def step(state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Arra
     s = jnp.where(valid, _batched_dot(q, k, -1, -1) * scale, MASK_VALUE)
     m = jnp.maximum(state.m, s.max(axis=-1, keepdims=True))
     correction = jnp.exp(state.m - m)
-    # The where, not just the large negative score, is what gives padding exactly
-    # zero weight on rows that have no valid key (there m is MASK_VALUE too).
-    p = jnp.where(valid, jnp.exp(s - m), 0.0)
+    # A masked score weighs exp(MASK_VALUE - m) = 0 once the row has seen a valid key. Until then
+    # m is MASK_VALUE and every masked key weighs 1, but the first valid key's correction,
+    # exp(MASK_VALUE - m) = 0, wipes that out; a row that never sees one is zeroed by `finish`.
+    # No second where: that pass over the scores was 4% of the bfloat16 encoder on a CPU.
+    p = jnp.exp(s - m)
     l = correction * state.l + p.sum(axis=-1, keepdims=True)
     # p in the value dtype: bfloat16 matmuls at full speed, accumulated in float32.
     acc = correction * state.acc + _batched_dot(p.astype(v.dtype), v, -1, -2)
@@ -54,4 +56,4 @@ def step(state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Arra
 
 def finish(state: State) -> jax.Array:
     """float32 output [..., Q, H]; zeros on rows that saw no valid key."""
-    return state.acc / jnp.where(state.l == 0, 1.0, state.l)
+    return jnp.where(state.m == MASK_VALUE, 0.0, state.acc / state.l)
