@@ -1,0 +1,109 @@
+"""int8 projections, simulated: how close dynamic int8 comes to float32 on the bundled model (issue 21 item 3).
+
+    .venv/bin/python bench/int8_accuracy.py [--texts N] [--full-windows N]
+
+Before an int8 kernel is worth writing, its scheme has to reach issue 21's min
+cosine of 0.999. This quantises the projections' operands as an int8 matmul
+would take them and computes in float32 (fake quantisation), so the figures
+are the scheme's, whatever kernel would run it:
+
+- weights: symmetric int8 per output column (what oneDNN's and VNNI's s8
+  weights take, with a scale per column);
+- activations, per row (per token), dynamic: symmetric int8 (s8), or
+  asymmetric uint8 with a zero point (u8, VNNI's u8 x s8);
+- every projection, all but the MLP's down-projection (whose input, after
+  GELU, is the widest), or one projection alone (which one costs most).
+
+The forward pass is the encoder's own: the XLA dense implementation is
+swapped for the fake-quantising one (`mock.patch.dict` on the dispatch table).
+Min and mean cosine to float32 on bench/encoder.py's mixed texts and full
+windows. Never run as a test; results go in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from unittest import mock
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from encoder import CORPUS, corpus_words, min_cosine, mixed_texts, pieces  # noqa: E402
+from machine import cpu_description  # noqa: E402  (bench/machine.py)
+
+from kernels.dense import _dispatch  # noqa: E402
+from kernels.dense._reference import xla_dense  # noqa: E402
+from pipeline.encode.embedder import Embedder  # noqa: E402
+
+PROJECTIONS = ("qkv", "out", "up", "down")
+
+
+def symmetric(a, axes):
+    """Rounded to int8 levels with one scale per slice over `axes`, back in float32."""
+    scale = jnp.max(jnp.abs(a), axis=axes, keepdims=True) / 127
+    scale = jnp.where(scale == 0, 1.0, scale)
+    return jnp.clip(jnp.round(a / scale), -127, 127) * scale
+
+
+def asymmetric(a, axes):
+    """Rounded to uint8 levels between the slice's min and max (a zero point), back in float32."""
+    low, high = jnp.min(a, axis=axes, keepdims=True), jnp.max(a, axis=axes, keepdims=True)
+    scale = jnp.where(high == low, 1.0, (high - low) / 255)
+    zero = jnp.round(-low / scale)
+    return (jnp.clip(jnp.round(a / scale) + zero, 0, 255) - zero) * scale
+
+
+def projection(x, w, contract: int, activation) -> str:
+    if contract == 2:
+        return "out"
+    if w.ndim == 4:  # D, X, N, H
+        return "qkv"
+    return "up" if activation is not None else "down"
+
+
+def fake_int8(activations, quantised: frozenset[str]):
+    def dense(x, w, bias, *, contract, activation, out_dtype):
+        if projection(x, w, contract, activation) in quantised:
+            x = activations(x.astype(jnp.float32), tuple(range(x.ndim - contract, x.ndim)))
+            w = symmetric(w.astype(jnp.float32), tuple(range(contract)))
+        return xla_dense(x, w, bias, contract=contract, activation=activation, out_dtype=out_dtype)
+
+    return dense
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--texts", type=int, default=300)
+    p.add_argument("--full-windows", type=int, default=64)
+    a = p.parse_args()
+    words = corpus_words(CORPUS)
+    sets = {"mixed": mixed_texts(words, a.texts), "full windows": pieces(words, [400] * a.full_windows)}
+    exact = Embedder.load(dtype="float32")
+    expected = {name: exact.embed(texts) for name, texts in sets.items()}
+    schemes = {
+        f"{kind}, {which}": (fn, quantised)
+        for kind, fn in (("s8", symmetric), ("u8", asymmetric))
+        for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
+    } | {f"u8, {one} only": (asymmetric, (one,)) for one in PROJECTIONS}
+    print(f"CPU: {cpu_description()}; jax {jax.__version__}")
+    print("## min / mean cosine to float32, per-row activations and per-column int8 weights, fake-quantised")
+    print(f"{'scheme':24s}" + "".join(f"{name:>26s}" for name in sets))
+    for label, (fn, quantised) in schemes.items():
+        with mock.patch.dict(_dispatch._FNS, {"xla": fake_int8(fn, frozenset(quantised))}):
+            jax.clear_caches()  # the patched implementation must be traced anew
+            embedder = Embedder.load(dtype="float32", dense="xla")
+            cells = []
+            for name, texts in sets.items():
+                got = embedder.embed(texts)
+                mean = float(np.mean(np.sum(got * expected[name], axis=1)))
+                cells.append(f"{min_cosine(got, expected[name]):.6f} / {mean:.6f}")
+        print(f"{label:24s}" + "".join(f"{c:>26s}" for c in cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
