@@ -20,17 +20,7 @@ import jax.numpy as jnp
 
 from kernels.attention import _online_softmax
 from kernels.attention._masking import key_block_ranges, pad_seq, visible
-
-
-def _as_bits(x: jax.Array) -> jax.Array:
-    """bfloat16 as uint16 bits, anything else as it is. XLA:CPU moves bfloat16 by way of float32: the
-    blocks' transposes wrote float32 and every block was converted back in the loop, 11% of the bfloat16
-    encoder on a Xeon. Bits transpose and slice as they are, and turn back into bfloat16 for free."""
-    return jax.lax.bitcast_convert_type(x, jnp.uint16) if x.dtype == jnp.bfloat16 else x
-
-
-def _from_bits(x: jax.Array, dtype) -> jax.Array:
-    return jax.lax.bitcast_convert_type(x, dtype) if x.dtype != dtype else x
+from kernels.bfloat16_bits import as_bits, from_bits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +54,10 @@ def blockwise_attention(
         kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q, kv_seq=kv_seq, block_k=block_k
     )
 
-    def split(x, block):  # 'BTNH' -> [B, T / block, N, block, H], bfloat16 as its bits (`_as_bits`)
-        return _as_bits(x).reshape(batch, -1, block, heads, head_dim).transpose(0, 1, 3, 2, 4)
+    # bfloat16 blocks as their bits: as bfloat16, XLA:CPU transposed them into float32 blocks and
+    # converted each back in the loop, 11% of the bfloat16 encoder on a Xeon (kernels.bfloat16_bits).
+    def split(x, block):  # 'BTNH' -> [B, T / block, N, block, H]
+        return as_bits(x).reshape(batch, -1, block, heads, head_dim).transpose(0, 1, 3, 2, 4)
 
     k_blocks, v_blocks = split(k, block_k), split(v, block_k)
     if segment_ids is not None:
@@ -74,7 +66,7 @@ def blockwise_attention(
 
     def attend(item):  # one batch row's block of queries [N, block_q, H] against its key blocks
         row, i, q_block, (first, end) = item
-        q_block = _from_bits(q_block, q.dtype)
+        q_block = from_bits(q_block)
         q_positions = i * block_q + jnp.arange(block_q)[:, None]
         q_segment = None if segment_ids is None else q_segments[row, i]
 
@@ -82,7 +74,7 @@ def blockwise_attention(
             k_positions = j * block_k + jnp.arange(block_k)
             k_segment = None if segment_ids is None else k_segments[row, j]
             valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window)
-            k_block, v_block = _from_bits(k_blocks[row, j], k.dtype), _from_bits(v_blocks[row, j], v.dtype)
+            k_block, v_block = from_bits(k_blocks[row, j]), from_bits(v_blocks[row, j])
             return _online_softmax.step(state, q_block, k_block, v_block, valid, scale)
 
         state = jax.lax.fori_loop(first, end, fold, _online_softmax.init(q_block))

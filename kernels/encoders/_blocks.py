@@ -45,6 +45,7 @@ from jax.sharding import PartitionSpec as P
 
 from kernels.attention import attention
 from kernels.attention._platform import platform
+from kernels.bfloat16_bits import as_bits, from_bits
 from kernels.dense import dense
 from kernels.encoders._config import ACTIVATIONS, LayerKind, ModelConfig, Params
 from kernels.precision import MATMUL_PRECISION
@@ -290,12 +291,12 @@ def bfloat16_as_bits(layers: Params) -> Params:
     get the arrays unchanged."""
     if platform() != "cpu":
         return layers
-    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.uint16) if a.dtype == jnp.bfloat16 else a, layers)
+    return jax.tree.map(as_bits, layers)
 
 
 def bfloat16_from_bits(layer: Params) -> Params:
     """One layer's slice of `bfloat16_as_bits`, bfloat16 again (no parameter is uint16 otherwise)."""
-    return jax.tree.map(lambda a: jax.lax.bitcast_convert_type(a, jnp.bfloat16) if a.dtype == jnp.uint16 else a, layer)
+    return jax.tree.map(from_bits, layer)
 
 
 def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
