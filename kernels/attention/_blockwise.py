@@ -75,7 +75,7 @@ def blockwise_attention(
             k_segment = None if segment_ids is None else k_segments[row, j]
             valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window)
             k_block, v_block = from_bits(k_blocks[row, j]), from_bits(v_blocks[row, j])
-            return _online_softmax.step(state, q_block, k_block, v_block, valid, scale)
+            return _online_softmax.step(state, q_block, k_block, v_block, valid, scale, truncate=True)
 
         state = jax.lax.fori_loop(first, end, fold, _online_softmax.init(q_block))
         return _online_softmax.finish(state)

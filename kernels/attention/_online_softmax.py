@@ -12,6 +12,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from kernels import bfloat16_bits
 from kernels.attention._masking import MASK_VALUE
 from kernels.precision import MATMUL_PRECISION
 
@@ -38,8 +39,11 @@ def _batched_dot(a: jax.Array, b: jax.Array, a_axis: int, b_axis: int) -> jax.Ar
     return jax.lax.dot_general(a, b, dims, precision=MATMUL_PRECISION, preferred_element_type=jnp.float32)
 
 
-def step(state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float) -> State:
-    """Folds one block of keys/values into the state."""
+def step(
+    state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float, *, truncate: bool = False
+) -> State:
+    """Folds one block of keys/values into the state. `truncate`: bfloat16 weights rounded toward
+    zero (`kernels.bfloat16_bits.truncate`), for XLA:CPU, where rounding to nearest costs a pass."""
     s = jnp.where(valid, _batched_dot(q, k, -1, -1) * scale, MASK_VALUE)
     m = jnp.maximum(state.m, s.max(axis=-1, keepdims=True))
     correction = jnp.exp(state.m - m)
@@ -47,10 +51,13 @@ def step(state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Arra
     # m is MASK_VALUE and every masked key weighs 1, but the first valid key's correction,
     # exp(MASK_VALUE - m) = 0, wipes that out; a row that never sees one is zeroed by `finish`.
     # No second where: that pass over the scores was 4% of the bfloat16 encoder on a CPU.
+    # p in the value dtype: bfloat16 matmuls at full speed, accumulated in float32. l sums the rounded
+    # weights, so truncation's one-sided error (under one ulp, half an ulp on average) cancels in
+    # acc / l but for its spread about that mean, which is round-to-nearest's: uniform over one ulp.
     p = jnp.exp(s - m)
-    l = correction * state.l + p.sum(axis=-1, keepdims=True)
-    # p in the value dtype: bfloat16 matmuls at full speed, accumulated in float32.
-    acc = correction * state.acc + _batched_dot(p.astype(v.dtype), v, -1, -2)
+    p = bfloat16_bits.truncate(p) if truncate and v.dtype == jnp.bfloat16 else p.astype(v.dtype)
+    l = correction * state.l + p.sum(axis=-1, keepdims=True, dtype=jnp.float32)
+    acc = correction * state.acc + _batched_dot(p, v, -1, -2)
     return State(m, l, acc)
 
 

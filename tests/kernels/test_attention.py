@@ -111,6 +111,17 @@ def test_matches_float64(seeded_rng, impl, emulated, dtype, seq, head_dim):
     check(out, q, k, v, lengths, head_dim**-0.5, dtype, f"{impl} seq {seq} {dtype.__name__}")
 
 
+@pytest.mark.parametrize("impl", ["blockwise", "pallas"])
+def test_bfloat16_weights_are_normalised_by_their_own_sum(seeded_rng, impl):
+    """The value matmul's bfloat16 weights are divided by their own sum, so constant values come back
+    exactly. blockwise truncates the weights (`_online_softmax.step`): normalised by the sum of the
+    unrounded weights, half of these outputs came back 0.996."""
+    q, k, v, lengths = make_inputs(seeded_rng, 4, 512, 512, 2, 32, jnp.bfloat16, lengths=(512,))
+    out = run(impl, False, q, k, jnp.ones_like(v), lengths)
+    expected = np.broadcast_to((np.asarray(lengths) > 0)[:, None, None, None], out.shape)
+    np.testing.assert_array_equal(np.asarray(out, np.float32), expected.astype(np.float32))
+
+
 @pytest.mark.parametrize("impl, emulated", [c for c in _cases() if not c.values[1]])
 def test_cross_attention_and_large_logits(seeded_rng, impl, emulated):
     """Queries and keys of different lengths, and scores in the hundreds, where a
