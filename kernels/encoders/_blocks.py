@@ -161,14 +161,24 @@ def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None, den
     return _plus(down_BTD, layer.get("down_bias_LD"))
 
 
-def self_attention(x_BTD, layer: Params, attend, kind_index, rules: ShardingRules | None, dense_impl: str):
+def self_attention(
+    x_BTD, layer: Params, attend, kind_index, rules: ShardingRules | None, dense_impl: str, *, rotary: bool
+):
     """Projections around `attend(q, k, v, matmul_dtype, kind_index) -> ctx`. Heads are split over `model`:
-    the out-projection is a partial sum until psummed, its bias added once after."""
+    the out-projection is a partial sum until psummed, its bias added once after. `rotary`: some layer
+    kind rotates q and k (RoPE), in the activations' dtype."""
     # One matmul for the three: a third of the calls, each three times as wide. The weights are stored
     # joined: joining them per layer cost 4.7% of the bfloat16 encoder on a Xeon, as XLA:CPU
     # concatenates bfloat16 by way of float32.
     w_DXNH = layer["qkv_LDXNH"]
-    q, k, v = jnp.unstack(dense(x_BTD, w_DXNH, layer.get("qkv_bias_LXNH"), impl=dense_impl), axis=2)
+    # Unless RoPE comes first, q, k and v leave the projection in the matmul dtype where that is narrower
+    # (a CPU's bfloat16): oneDNN rounds them as it writes them, where XLA:CPU's converts took passes of
+    # their own (8% of the bfloat16 encoder on a Xeon). Unstacked as bits (kernels.bfloat16_bits).
+    narrow = not rotary and w_DXNH.dtype.itemsize < x_BTD.dtype.itemsize
+    qkv_BTXNH = dense(
+        x_BTD, w_DXNH, layer.get("qkv_bias_LXNH"), out_dtype=w_DXNH.dtype if narrow else None, impl=dense_impl
+    )
+    q, k, v = (from_bits(t) for t in jnp.unstack(as_bits(qkv_BTXNH), axis=2))
     ctx_BTNH = attend(q, k, v, w_DXNH.dtype, kind_index)
     out_BTD = sum_shards(
         dense(ctx_BTNH, layer["out_LNHD"], contract=2, out_dtype=x_BTD.dtype, impl=dense_impl), "heads", rules
@@ -178,14 +188,17 @@ def self_attention(x_BTD, layer: Params, attend, kind_index, rules: ShardingRule
 
 def attention_operands(q_BTNH, k_BTNH, v_BTNH, matmul_dtype, tokens_BT):
     """q, k, v rounded to `matmul_dtype` for attention's dots where it is narrower than theirs (bfloat16
-    weights under float32 activations, as a CPU runs bfloat16); unchanged otherwise.
+    weights under float32 activations, as a CPU runs bfloat16, after RoPE; `self_attention` projects
+    them straight to it otherwise); unchanged otherwise.
 
     k first loses its mean over the row's tokens (`tokens_BT`: True where not padding). That shifts
     all of a query's scores by one constant, which its softmax ignores, so the result is the same; but
-    the rounding error then scales with how the keys differ, not with the offset they share, which is
-    large in BERT-like models: all-MiniLM-L6-v2's mixed texts in bfloat16 kept a min cosine of 0.99995
-    to float32 with it and 0.99987 without (BENCHMARKS.md). The sequence axis is never sharded, so
-    the mean is the whole row's under `shard_map` too."""
+    the rounding error then scales with how the keys differ, not with the offset they share. It once
+    held all-MiniLM-L6-v2's mixed texts at a min cosine of 0.99995 to float32 (0.99976 without), until
+    the softmax weights were normalised by their own rounded sum: 0.99995 either way since, so MiniLM
+    skips it now (BENCHMARKS.md). The RoPE families keep it: no real weights here show whether their
+    keys share an offset. The sequence axis is never sharded, so the mean is the whole row's under
+    `shard_map` too."""
     if jnp.dtype(matmul_dtype).itemsize >= q_BTNH.dtype.itemsize:
         return q_BTNH, k_BTNH, v_BTNH
     weights_BT = tokens_BT.astype(k_BTNH.dtype)
@@ -249,11 +262,12 @@ def forward(
     heads/F mesh axis.
     """
     attend = _attention_by_kind(segments_BT, positions_BT, cfg, attention_impl)
+    rotary = any(kind.rope is not None for kind in cfg.kinds)
     kind_of_layer_L = jnp.asarray([cfg.kinds.index(kind) for kind in cfg.layer_kinds], jnp.int32)
     eps = cfg.norm_eps
 
     def post_norm(x_BTD, layer, index):
-        attn_BTD = self_attention(x_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl)
+        attn_BTD = self_attention(x_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl, rotary=rotary)
         x_BTD = layer_norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
         mlp_BTD = mlp(x_BTD, layer, cfg, rules, dense_impl)
         return layer_norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
@@ -261,7 +275,8 @@ def forward(
     def pre_norm(x_BTD, layer, index):
         normed_BTD = layer_norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
         attn_in_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
-        x_BTD = x_BTD + self_attention(attn_in_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl)
+        attn_BTD = self_attention(attn_in_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl, rotary=rotary)
+        x_BTD = x_BTD + attn_BTD
         mlp_in_BTD = layer_norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
         return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules, dense_impl)
 
