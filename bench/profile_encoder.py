@@ -103,6 +103,25 @@ def parse_frames(text: str) -> dict[int, list[tuple[str, str, int]]]:
     return {frame_id: chain(frame_id) for frame_id in frames}
 
 
+# Helpers whose fusions XLA traces to the helper's own frames alone: such a fusion is filed by the rest of
+# its body (the online softmax's exp, for `truncate`).
+HELPERS = {("kernels/bfloat16_bits.py", "truncate")}
+
+
+def _helper(entry: tuple[str, str, int]) -> bool:
+    return any(entry[0].endswith(f) and entry[1] == fn for f, fn in HELPERS)
+
+
+def stack_for(frame: int | None, body: str, frames: dict[int, list[tuple[str, str, int]]]) -> list:
+    """The root instruction's stack or, where that lies only in HELPERS, the stacks of the other
+    instructions in the fusion's body."""
+    stack = frames.get(frame, [])
+    if not stack or not all(map(_helper, stack)):
+        return stack
+    ids = {int(i) for i in re.findall(r"stack_frame_id=(\d+)", body)}
+    return [entry for i in sorted(ids) for entry in frames.get(i, []) if not _helper(entry)] or stack
+
+
 def category(opcode: str, op_name: str, body: str, stack: list[tuple[str, str, int]]) -> str:
     files = [f for f, _, _ in stack]
     functions = [fn for _, fn, _ in stack]
@@ -183,7 +202,7 @@ def main() -> None:
                 if info is None or info[0] in CONTAINERS:
                     continue
                 opcode, op_name, body, frame = info
-                busy[category(opcode, op_name, body, frames.get(frame, []))] += event.duration_ns
+                busy[category(opcode, op_name, body, stack_for(frame, body, frames))] += event.duration_ns
                 per_thunk[event.name] += event.duration_ns
 
     tokens = a.texts * a.seq
@@ -209,7 +228,7 @@ def main() -> None:
     print("top thunks:")
     for name, ns in per_thunk.most_common(12):
         opcode, op_name, body, frame = instructions[name]
-        what = category(opcode, op_name, body, frames.get(frame, []))
+        what = category(opcode, op_name, body, stack_for(frame, body, frames))
         print(f"  {name:32s} {ns / 1e6:8.1f} ms {ns / total:6.1%}  {what}  {op_name.rsplit('/', 1)[-1]}")
 
 
