@@ -211,6 +211,9 @@ class _ProxyServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # A response's headers and body leave in two writes: with Nagle's algorithm the body waits for the
+            # client's delayed ACK of the headers, 40 ms a request (44 ms against 0.7 ms direct to the emulator).
+            disable_nagle_algorithm = True
 
             def log_message(self, *args):
                 pass
