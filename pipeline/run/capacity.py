@@ -177,4 +177,6 @@ def render(sample: CpuSample, encoder: EncoderRate, headroom: float) -> str:
 
 def cores_per_chip(sample: CpuSample, encoder: EncoderRate, headroom: float) -> int:
     """CPU cores (one worker process each) that keep one chip fed, rounded up."""
-    return math.ceil(headroom * encoder.tokens_per_chip_s / max(sample.tokens_per_core_s, 1e-9))
+    cores = headroom * encoder.tokens_per_chip_s / max(sample.tokens_per_core_s, 1e-9)
+    # A quotient's last bit is no extra core: (r * 10) / r is 10.000000000000002 for about 5% of rates r.
+    return math.ceil(round(cores, 9))

@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+import types
 
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.io.shards import ShardFields
@@ -31,6 +32,9 @@ def test_cores_per_chip_is_the_ratio_of_rates_with_headroom():
     chip = EncoderRate(sample.tokens_per_core_s * 10, "given")
     assert cores_per_chip(sample, chip, 1.0) == 10
     assert cores_per_chip(sample, chip, 1.25) == 13
+    # A rate whose quotient comes out a last bit over: (r * 10) / r == 10.000000000000002.
+    per_core = types.SimpleNamespace(tokens_per_core_s=511323.59389647166)
+    assert cores_per_chip(per_core, EncoderRate(per_core.tokens_per_core_s * 10, "given"), 1.0) == 10
     text = render(sample, chip, 1.25)
     assert "with 1.25x headroom: 13" in text and "a host of N chips needs N x 13 cores" in text
 
