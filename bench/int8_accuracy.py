@@ -104,17 +104,14 @@ def main() -> None:
     sets = {"mixed": mixed_texts(words, a.texts), "full windows": pieces(words, [400] * a.full_windows)}
     exact = Embedder.load(dtype="float32")
     expected = {name: exact.embed(texts) for name, texts in sets.items()}
+    # Each kind of activation scale, plain (alpha None) and smoothed, on all projections or all but down;
+    # then u8 on one projection at a time.
     schemes = {
-        f"{kind}, {which}": (fn, quantised, None)
+        f"{kind}{'' if alpha is None else f' smoothed {alpha}'}, {which}": (fn, quantised, alpha)
+        for alpha in (None, 0.3, 0.5, 0.8)
         for kind, fn in (("s8", symmetric), ("u8", asymmetric))
         for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
     } | {f"u8, {one} only": (asymmetric, (one,), None) for one in PROJECTIONS}
-    schemes |= {
-        f"{kind} smoothed {alpha}, {which}": (fn, quantised, alpha)
-        for kind, fn in (("s8", symmetric), ("u8", asymmetric))
-        for alpha in (0.3, 0.5, 0.8)
-        for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
-    }
     print(f"CPU: {cpu_description()}; jax {jax.__version__}")
     print("## min / mean cosine to float32, per-row activations and per-column int8 weights, fake-quantised")
     print(f"{'scheme':24s}" + "".join(f"{name:>26s}" for name in sets))

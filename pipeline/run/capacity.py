@@ -178,5 +178,5 @@ def render(sample: CpuSample, encoder: EncoderRate, headroom: float) -> str:
 def cores_per_chip(sample: CpuSample, encoder: EncoderRate, headroom: float) -> int:
     """CPU cores (one worker process each) that keep one chip fed, rounded up."""
     cores = headroom * encoder.tokens_per_chip_s / max(sample.tokens_per_core_s, 1e-9)
-    # A quotient's last bit is no extra core: (r * 10) / r is 10.000000000000002 for about 5% of rates r.
+    # A quotient's last bit is no extra core: (r * 10) / r comes out 10.000000000000002 for some rates r.
     return math.ceil(round(cores, 9))
