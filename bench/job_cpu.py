@@ -8,8 +8,9 @@ samples `/proc/<pid>/stat` of the child and all its descendants every 0.2 s.
 Each interval's CPU time is charged to the process's title at the interval's
 end (Ray retitles a worker `ray::<actor or task>`), so a worker that ran
 several things shows each. Prints the CPU-seconds per title over the run, the
-encoder actor's cores against all other processes' per second, and each
-process's first sighting and titles. Linux only. This is how BENCHMARKS.md's
+encoder actor's cores against all other processes' per second, the CPU of
+every other title while the encoder was busy (what it shares its cores with),
+and each process's first sighting and titles. Linux only. This is how BENCHMARKS.md's
 "Where the gap was" was found.
 """
 
@@ -81,6 +82,10 @@ def short(title: str) -> str:
     return " ".join(Path(w).name for w in words[:3])[:60] if words else "?"
 
 
+def encoder_ticks(by_title: collections.Counter) -> int:
+    return sum(v for k, v in by_title.items() if ENCODER_TITLE in k)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", type=Path, default=REPO / "samples")
@@ -122,10 +127,21 @@ def main() -> None:
         bin_ = steps[i : i + 5]
         seconds = sum(dt for _, dt, _ in bin_)
         ticks = sum((step for _, _, step in bin_), collections.Counter())
-        encoder = sum(v for k, v in ticks.items() if ENCODER_TITLE in k)
+        encoder = encoder_ticks(ticks)
         others = collections.Counter({k: v for k, v in ticks.items() if ENCODER_TITLE not in k})
         top = ", ".join(f"{k} {v / TICK / seconds:.2f}" for k, v in others.most_common(3) if v)
         print(f"  {bin_[0][0]:5.1f}s  {encoder / TICK / seconds:4.2f} | {others.total() / TICK / seconds:4.2f}  {top}")
+    busy = [(dt, step) for _, dt, step in steps if encoder_ticks(step) > TICK * dt / 2]
+    busy_s = sum(dt for dt, _ in busy)
+    beside = sum((step for _, step in busy), collections.Counter())
+    encoder = encoder_ticks(beside) / TICK
+    print(
+        f"\nwhile the encoder actor was busy (over half a core; {busy_s:.1f} s): the encoder "
+        f"{encoder:.1f} CPU-s ({encoder / max(busy_s, 1e-9):.2f} cores), and beside it:"
+    )
+    for title, ticks in beside.most_common(16):
+        if ENCODER_TITLE not in title and ticks:
+            print(f"  {ticks / TICK:6.2f}  {title}")
     print("\nprocesses: first seen (s), titles in order")
     for first, titles in sorted(seen.values()):
         print(f"  {first:5.1f}s  {' -> '.join(titles)}")
