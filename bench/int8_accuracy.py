@@ -16,7 +16,11 @@ are the scheme's, whatever kernel would run it:
 - with SmoothQuant's migration of outlier channels from the activations into
   the weights (`smoothed`, alpha 0.3, 0.5 and 0.8), from each call's own channel
   maxima: an upper bound on scales calibrated once and folded into the layer
-  norms.
+  norms;
+- with LLM.int8()'s split (`kept`): the 1% or 3% of input channels with the
+  call's largest max|x| multiply their weight rows unquantised, the rest in
+  int8 with scales of their own; found per call, as a kernel would at run
+  time, alone and after smoothing (alpha 0.5).
 
 The forward pass is the encoder's own: the XLA dense implementation is
 swapped for the fake-quantising one (`mock.patch.dict` on the dispatch table).
@@ -82,14 +86,29 @@ def smoothed(x, w, contract: int, alpha: float):
     return x / s, w * s.reshape(s.shape + (1,) * (w.ndim - contract))
 
 
-def fake_int8(activations, quantised: frozenset[str], alpha: float | None = None):
+def outlier_channels(x, contract: int, share: float):
+    """[K...] True for the input channels of x with the largest max|x|, `share` of them (at least one):
+    LLM.int8()'s split keeps these out of int8 (here by rank; the paper's threshold is a magnitude of 6)."""
+    x_max = jnp.max(jnp.abs(x), axis=tuple(range(x.ndim - contract)))
+    k = max(1, round(share * x_max.size))
+    return x_max >= jnp.sort(x_max.reshape(-1))[-k]
+
+
+def fake_int8(activations, quantised: frozenset[str], alpha: float | None = None, outliers: float | None = None):
     def dense(x, w, bias, *, contract, activation, out_dtype):
         if projection(x, w, contract, activation) in quantised:
             x, w = x.astype(jnp.float32), w.astype(jnp.float32)
             if alpha is not None:
                 x, w = smoothed(x, w, contract, alpha)
-            x = activations(x, tuple(range(x.ndim - contract, x.ndim)))
-            w = symmetric(w, tuple(range(contract)))
+            kept = (
+                jnp.zeros(x.shape[x.ndim - contract :], bool)
+                if outliers is None
+                else outlier_channels(x, contract, outliers)
+            )
+            rows = kept.reshape(kept.shape + (1,) * (w.ndim - contract))
+            # The kept channels multiply their weight rows unquantised; the rest is an int8 matmul of its own.
+            x = activations(jnp.where(kept, 0.0, x), tuple(range(x.ndim - contract, x.ndim))) + jnp.where(kept, x, 0.0)
+            w = symmetric(jnp.where(rows, 0.0, w), tuple(range(contract))) + jnp.where(rows, w, 0.0)
         return xla_dense(x, w, bias, contract=contract, activation=activation, out_dtype=out_dtype)
 
     return dense
@@ -112,11 +131,23 @@ def main() -> None:
         for kind, fn in (("s8", symmetric), ("u8", asymmetric))
         for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
     } | {f"u8, {one} only": (asymmetric, (one,), None) for one in PROJECTIONS}
+    # Then LLM.int8()'s split: the call's largest input channels kept out of int8, plain and smoothed.
+    schemes = {label: (*scheme, None) for label, scheme in schemes.items()} | {
+        f"u8{'' if alpha is None else f' smoothed {alpha}'}, {share:.0%} kept, {which}": (
+            asymmetric,
+            quantised,
+            alpha,
+            share,
+        )
+        for alpha in (None, 0.5)
+        for share in (0.01, 0.03)
+        for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
+    }
     print(f"CPU: {cpu_description()}; jax {jax.__version__}")
     print("## min / mean cosine to float32, per-row activations and per-column int8 weights, fake-quantised")
-    print(f"{'scheme':24s}" + "".join(f"{name:>26s}" for name in sets))
-    for label, (fn, quantised, alpha) in schemes.items():
-        with mock.patch.dict(_dispatch._FNS, {"xla": fake_int8(fn, frozenset(quantised), alpha)}):
+    print(f"{'scheme':40s}" + "".join(f"{name:>26s}" for name in sets))
+    for label, (fn, quantised, alpha, outliers) in schemes.items():
+        with mock.patch.dict(_dispatch._FNS, {"xla": fake_int8(fn, frozenset(quantised), alpha, outliers)}):
             jax.clear_caches()  # the patched implementation must be traced anew
             embedder = Embedder.load(dtype="float32", dense="xla")
             cells = []
@@ -124,7 +155,7 @@ def main() -> None:
                 got = embedder.embed(texts)
                 mean = float(np.mean(np.sum(got * expected[name], axis=1)))
                 cells.append(f"{min_cosine(got, expected[name]):.6f} / {mean:.6f}")
-        print(f"{label:24s}" + "".join(f"{c:>26s}" for c in cells), flush=True)
+        print(f"{label:40s}" + "".join(f"{c:>26s}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":
