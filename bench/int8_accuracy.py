@@ -20,7 +20,9 @@ are the scheme's, whatever kernel would run it:
 - with LLM.int8()'s split (`kept`): the 1% or 3% of input channels with the
   call's largest max|x| multiply their weight rows unquantised, the rest in
   int8 with scales of their own; found per call, as a kernel would at run
-  time, alone and after smoothing (alpha 0.5).
+  time, alone and after smoothing (alpha 0.5); and the best of these with
+  the projection left out of int8 on bfloat16 operands (`down bf16`), as a
+  mixed int8 and bfloat16 encoder would run it.
 
 The forward pass is the encoder's own: the XLA dense implementation is
 swapped for the fake-quantising one (`mock.patch.dict` on the dispatch table).
@@ -94,9 +96,21 @@ def outlier_channels(x, contract: int, share: float):
     return x_max >= jnp.sort(x_max.reshape(-1))[-k]
 
 
-def fake_int8(activations, quantised: frozenset[str], alpha: float | None = None, outliers: float | None = None):
+def fake_int8(
+    activations,
+    quantised: frozenset[str],
+    alpha: float | None = None,
+    outliers: float | None = None,
+    rest_bfloat16: bool = False,
+):
+    """The XLA dense implementation with the `quantised` projections fake-quantised; `rest_bfloat16`: the
+    others' operands rounded to bfloat16 (float32 sums), as a mixed int8 and bfloat16 encoder would run them."""
+
     def dense(x, w, bias, *, contract, activation, out_dtype):
-        if projection(x, w, contract, activation) in quantised:
+        if projection(x, w, contract, activation) not in quantised:
+            if rest_bfloat16:
+                x, w = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (x, w))
+        else:
             x, w = x.astype(jnp.float32), w.astype(jnp.float32)
             if alpha is not None:
                 x, w = smoothed(x, w, contract, alpha)
@@ -131,23 +145,30 @@ def main() -> None:
         for kind, fn in (("s8", symmetric), ("u8", asymmetric))
         for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
     } | {f"u8, {one} only": (asymmetric, (one,), None) for one in PROJECTIONS}
-    # Then LLM.int8()'s split: the call's largest input channels kept out of int8, plain and smoothed.
-    schemes = {label: (*scheme, None) for label, scheme in schemes.items()} | {
+    # Then LLM.int8()'s split: the call's largest input channels kept out of int8, plain and smoothed; and
+    # the best of those with the down-projection in bfloat16 rather than float32.
+    schemes = {label: (*scheme, None, False) for label, scheme in schemes.items()} | {
         f"u8{'' if alpha is None else f' smoothed {alpha}'}, {share:.0%} kept, {which}": (
             asymmetric,
             quantised,
             alpha,
             share,
+            False,
         )
         for alpha in (None, 0.5)
         for share in (0.01, 0.03)
         for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
     }
+    schemes |= {
+        f"u8 smoothed 0.5, {share:.0%} kept, down bf16": (asymmetric, ("qkv", "out", "up"), 0.5, share, True)
+        for share in (0.01, 0.03)
+    }
     print(f"CPU: {cpu_description()}; jax {jax.__version__}")
     print("## min / mean cosine to float32, per-row activations and per-column int8 weights, fake-quantised")
     print(f"{'scheme':40s}" + "".join(f"{name:>26s}" for name in sets))
-    for label, (fn, quantised, alpha, outliers) in schemes.items():
-        with mock.patch.dict(_dispatch._FNS, {"xla": fake_int8(fn, frozenset(quantised), alpha, outliers)}):
+    for label, (fn, quantised, alpha, outliers, rest_bfloat16) in schemes.items():
+        dense = fake_int8(fn, frozenset(quantised), alpha, outliers, rest_bfloat16)
+        with mock.patch.dict(_dispatch._FNS, {"xla": dense}):
             jax.clear_caches()  # the patched implementation must be traced anew
             embedder = Embedder.load(dtype="float32", dense="xla")
             cells = []
