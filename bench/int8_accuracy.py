@@ -27,13 +27,18 @@ are the scheme's, whatever kernel would run it:
 The forward pass is the encoder's own: the XLA dense implementation is
 swapped for the fake-quantising one (`mock.patch.dict` on the dispatch table).
 Min and mean cosine to float32 on bench/encoder.py's mixed texts and full
-windows. Never run as a test; results go in BENCHMARKS.md.
+windows. Then, in the bench venv, the rates a kernel would start from:
+PyTorch's oneDNN matmuls in float32, bfloat16 and int8 at the model's
+projection shapes. Never run as a test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from unittest import mock
 
@@ -51,6 +56,8 @@ from kernels.dense._reference import xla_dense  # noqa: E402
 from pipeline.encode.embedder import Embedder  # noqa: E402
 
 PROJECTIONS = ("qkv", "out", "up", "down")
+BUT_DOWN = ("qkv", "out", "up")
+WHICH = (("all", PROJECTIONS), ("all but down", BUT_DOWN))
 
 
 def symmetric(a, axes):
@@ -96,36 +103,43 @@ def outlier_channels(x, contract: int, share: float):
     return x_max >= jnp.sort(x_max.reshape(-1))[-k]
 
 
-def fake_int8(
-    activations,
-    quantised: frozenset[str],
-    alpha: float | None = None,
-    outliers: float | None = None,
-    rest_bfloat16: bool = False,
-):
-    """The XLA dense implementation with the `quantised` projections fake-quantised; `rest_bfloat16`: the
-    others' operands rounded to bfloat16 (float32 sums), as a mixed int8 and bfloat16 encoder would run them."""
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    activations: Callable  # symmetric (s8) or asymmetric (u8) activation levels, per row
+    quantised: tuple[str, ...]  # the projections fake-quantised
+    alpha: float | None = None  # SmoothQuant's migration strength; None: not smoothed
+    kept: float | None = None  # LLM.int8()'s split: the share of input channels kept out of int8
+    rest_bfloat16: bool = False  # the other projections on bfloat16 operands (float32 sums), else float32
+
+
+def fake_int8(scheme: Scheme):
+    """The XLA dense implementation with `scheme` applied to its projections."""
 
     def dense(x, w, bias, *, contract, activation, out_dtype):
-        if projection(x, w, contract, activation) not in quantised:
-            if rest_bfloat16:
+        if projection(x, w, contract, activation) not in scheme.quantised:
+            if scheme.rest_bfloat16:
                 x, w = (a.astype(jnp.bfloat16).astype(jnp.float32) for a in (x, w))
         else:
             x, w = x.astype(jnp.float32), w.astype(jnp.float32)
-            if alpha is not None:
-                x, w = smoothed(x, w, contract, alpha)
+            if scheme.alpha is not None:
+                x, w = smoothed(x, w, contract, scheme.alpha)
             kept = (
                 jnp.zeros(x.shape[x.ndim - contract :], bool)
-                if outliers is None
-                else outlier_channels(x, contract, outliers)
+                if scheme.kept is None
+                else outlier_channels(x, contract, scheme.kept)
             )
             rows = kept.reshape(kept.shape + (1,) * (w.ndim - contract))
             # The kept channels multiply their weight rows unquantised; the rest is an int8 matmul of its own.
-            x = activations(jnp.where(kept, 0.0, x), tuple(range(x.ndim - contract, x.ndim))) + jnp.where(kept, x, 0.0)
+            inliers = scheme.activations(jnp.where(kept, 0.0, x), tuple(range(x.ndim - contract, x.ndim)))
+            x = inliers + jnp.where(kept, x, 0.0)
             w = symmetric(jnp.where(rows, 0.0, w), tuple(range(contract))) + jnp.where(rows, w, 0.0)
         return xla_dense(x, w, bias, contract=contract, activation=activation, out_dtype=out_dtype)
 
     return dense
+
+
+def smoothing(alpha: float | None) -> str:
+    return "" if alpha is None else f" smoothed {alpha}"
 
 
 def main() -> None:
@@ -137,38 +151,30 @@ def main() -> None:
     sets = {"mixed": mixed_texts(words, a.texts), "full windows": pieces(words, [400] * a.full_windows)}
     exact = Embedder.load(dtype="float32")
     expected = {name: exact.embed(texts) for name, texts in sets.items()}
-    # Each kind of activation scale, plain (alpha None) and smoothed, on all projections or all but down;
-    # then u8 on one projection at a time.
+    # Each kind of activation scale, plain and smoothed, on all projections or all but down; u8 on one
+    # projection at a time; LLM.int8()'s split, plain and smoothed; the best of those with down in bfloat16.
     schemes = {
-        f"{kind}{'' if alpha is None else f' smoothed {alpha}'}, {which}": (fn, quantised, alpha)
+        f"{kind}{smoothing(alpha)}, {which}": Scheme(fn, quantised, alpha)
         for alpha in (None, 0.3, 0.5, 0.8)
         for kind, fn in (("s8", symmetric), ("u8", asymmetric))
-        for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
-    } | {f"u8, {one} only": (asymmetric, (one,), None) for one in PROJECTIONS}
-    # Then LLM.int8()'s split: the call's largest input channels kept out of int8, plain and smoothed; and
-    # the best of those with the down-projection in bfloat16 rather than float32.
-    schemes = {label: (*scheme, None, False) for label, scheme in schemes.items()} | {
-        f"u8{'' if alpha is None else f' smoothed {alpha}'}, {share:.0%} kept, {which}": (
-            asymmetric,
-            quantised,
-            alpha,
-            share,
-            False,
-        )
+        for which, quantised in WHICH
+    }
+    schemes |= {f"u8, {one} only": Scheme(asymmetric, (one,)) for one in PROJECTIONS}
+    schemes |= {
+        f"u8{smoothing(alpha)}, {share:.0%} kept, {which}": Scheme(asymmetric, quantised, alpha, share)
         for alpha in (None, 0.5)
         for share in (0.01, 0.03)
-        for which, quantised in (("all", PROJECTIONS), ("all but down", ("qkv", "out", "up")))
+        for which, quantised in WHICH
     }
     schemes |= {
-        f"u8 smoothed 0.5, {share:.0%} kept, down bf16": (asymmetric, ("qkv", "out", "up"), 0.5, share, True)
+        f"u8 smoothed 0.5, {share:.0%} kept, down bf16": Scheme(asymmetric, BUT_DOWN, 0.5, share, True)
         for share in (0.01, 0.03)
     }
     print(f"CPU: {cpu_description()}; jax {jax.__version__}")
     print("## min / mean cosine to float32, per-row activations and per-column int8 weights, fake-quantised")
     print(f"{'scheme':40s}" + "".join(f"{name:>26s}" for name in sets))
-    for label, (fn, quantised, alpha, outliers, rest_bfloat16) in schemes.items():
-        dense = fake_int8(fn, frozenset(quantised), alpha, outliers, rest_bfloat16)
-        with mock.patch.dict(_dispatch._FNS, {"xla": dense}):
+    for label, scheme in schemes.items():
+        with mock.patch.dict(_dispatch._FNS, {"xla": fake_int8(scheme)}):
             jax.clear_caches()  # the patched implementation must be traced anew
             embedder = Embedder.load(dtype="float32", dense="xla")
             cells = []
@@ -177,6 +183,47 @@ def main() -> None:
                 mean = float(np.mean(np.sum(got * expected[name], axis=1)))
                 cells.append(f"{min_cosine(got, expected[name]):.6f} / {mean:.6f}")
         print(f"{label:40s}" + "".join(f"{c:>26s}" for c in cells), flush=True)
+    matmul_rates()
+
+
+def matmul_rates(rows: int = 1024, rounds: int = 5, reps: int = 20) -> None:
+    """What an int8 kernel could win: PyTorch's matmuls on oneDNN, float32, bfloat16 and int8 x int8 -> int32
+    (`torch._int_mm`), at the bundled model's projection shapes and a CPU device's rows per batch (4 x 256).
+    Best of `rounds` timings of `reps` calls each; all of this process's threads."""
+    try:
+        import torch
+    except ImportError:
+        print("\n(matmul rates: PyTorch is in the bench venv only: make bench)")
+        return
+    dim, ffn = 384, 1536  # all-MiniLM-L6-v2
+    shapes = {"qkv": (dim, 3 * dim), "out": (dim, dim), "up": (dim, ffn), "down": (ffn, dim)}
+    print(f"\n## matmul rates, [{rows}, K] x [K, N], torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'projection':12s}{'float32 GFLOP/s':>18s}{'bfloat16':>18s}{'int8 GOP/s':>18s}{'int8 / bfloat16':>18s}")
+    for name, (k, n) in shapes.items():
+        a, b = torch.randn(rows, k), torch.randn(k, n)
+        operands = {
+            "float32": (torch.matmul, a, b),
+            "bfloat16": (torch.matmul, a.bfloat16(), b.bfloat16()),
+            "int8": (
+                torch._int_mm,
+                torch.randint(-127, 128, (rows, k), dtype=torch.int8),
+                torch.randint(-127, 128, (k, n), dtype=torch.int8),
+            ),
+        }
+        rate = {}
+        for dtype, (fn, x, w) in operands.items():
+            fn(x, w)  # oneDNN picks and caches its kernel on the first call
+            best = min(_seconds_per_call(fn, x, w, reps) for _ in range(rounds))
+            rate[dtype] = 2 * rows * k * n / best / 1e9
+        cells = "".join(f"{rate[d]:18,.0f}" for d in operands) + f"{rate['int8'] / rate['bfloat16']:17.2f}x"
+        print(f"{name:12s}{cells}", flush=True)
+
+
+def _seconds_per_call(fn, x, w, reps: int) -> float:
+    started = time.perf_counter()
+    for _ in range(reps):
+        fn(x, w)
+    return (time.perf_counter() - started) / reps
 
 
 if __name__ == "__main__":
