@@ -82,8 +82,10 @@ def short(title: str) -> str:
     return " ".join(Path(w).name for w in words[:3])[:60] if words else "?"
 
 
-def encoder_ticks(by_title: collections.Counter) -> int:
-    return sum(v for k, v in by_title.items() if ENCODER_TITLE in k)
+def split_encoder(by_title: collections.Counter) -> tuple[int, collections.Counter]:
+    """CPU ticks by title -> (the encoder actor's ticks, every other title's)."""
+    others = collections.Counter({k: v for k, v in by_title.items() if ENCODER_TITLE not in k})
+    return by_title.total() - others.total(), others
 
 
 def main() -> None:
@@ -127,20 +129,18 @@ def main() -> None:
         bin_ = steps[i : i + 5]
         seconds = sum(dt for _, dt, _ in bin_)
         ticks = sum((step for _, _, step in bin_), collections.Counter())
-        encoder = encoder_ticks(ticks)
-        others = collections.Counter({k: v for k, v in ticks.items() if ENCODER_TITLE not in k})
+        encoder, others = split_encoder(ticks)
         top = ", ".join(f"{k} {v / TICK / seconds:.2f}" for k, v in others.most_common(3) if v)
         print(f"  {bin_[0][0]:5.1f}s  {encoder / TICK / seconds:4.2f} | {others.total() / TICK / seconds:4.2f}  {top}")
-    busy = [(dt, step) for _, dt, step in steps if encoder_ticks(step) > TICK * dt / 2]
+    busy = [(dt, step) for _, dt, step in steps if split_encoder(step)[0] > TICK * dt / 2]
     busy_s = sum(dt for dt, _ in busy)
-    beside = sum((step for _, step in busy), collections.Counter())
-    encoder = encoder_ticks(beside) / TICK
+    encoder, beside = split_encoder(sum((step for _, step in busy), collections.Counter()))
     print(
         f"\nwhile the encoder actor was busy (over half a core; {busy_s:.1f} s): the encoder "
-        f"{encoder:.1f} CPU-s ({encoder / max(busy_s, 1e-9):.2f} cores), and beside it:"
+        f"{encoder / TICK:.1f} CPU-s ({encoder / TICK / max(busy_s, 1e-9):.2f} cores), and beside it:"
     )
-    for title, ticks in beside.most_common(16):
-        if ENCODER_TITLE not in title and ticks:
+    for title, ticks in beside.most_common(15):
+        if ticks:
             print(f"  {ticks / TICK:6.2f}  {title}")
     print("\nprocesses: first seen (s), titles in order")
     for first, titles in sorted(seen.values()):
