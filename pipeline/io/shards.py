@@ -22,7 +22,10 @@ job knows up front how many rows its units give in all.
 
 Ids must be unique within a shard: each repeat of an id becomes a `DuplicateId`
 error row (doc_id `URI#line:N` or `URI#row:N`, so that every doc_id in the
-output stays unique) and only the first occurrence is a document. A shard read
+output stays unique) and only the first occurrence is a document. For the same
+reason an id of that positional form names only its own row: `line:7` is a
+document's id on line 7 of a jsonl shard and a `ReservedId` error anywhere
+else, as an error row of line 7 would have that doc_id too. A shard read
 as one unit finds repeats as it reads (holding the ids it has seen: for a big
 `.jsonl.gz` that is the memory its ids take). A shard cut into units cannot see
 the other units' ids, so `plan_units` reads its id column once beforehand (a
@@ -36,6 +39,7 @@ import dataclasses
 import gzip
 import io
 import json
+import re
 import zlib
 from collections.abc import Iterator
 
@@ -56,6 +60,8 @@ PARQUET_BATCH = 256  # rows decoded at a time
 # to minutes, and a shard this size or smaller is one unit.
 UNIT_BYTES = 64 << 20
 ID_BATCH = 1 << 16  # ids gathered into one Arrow chunk while looking for repeats
+# A JSON escape in the surrogate range: json.loads makes a lone one a str that no UTF-8 encoder (Arrow's) takes.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,17 +233,31 @@ class _Repeats:
 
 
 def _document(uri: str, doc_id, text, where: str, repeated: bool = False) -> dict:
+    """A row's document, or its error row. `where` is the row's position (`line:N`, `row:N`)."""
     if doc_id is None or doc_id == "":
         return _error(f"{uri}#{where}", "MissingId", f"{where}: no id")
     if repeated:
         return _error(f"{uri}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
+    if _names_another_position(doc_id, where):
+        return _error(f"{uri}#{where}", "ReservedId", f"{where}: id {doc_id!r} is the doc_id of that row's errors")
     full_id = f"{uri}#{doc_id}"
+    if isinstance(text, bytes):  # a binary column, as some writers store strings
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return _error(full_id, "NoText", f"{where}: text field is bytes, not UTF-8: {e}", stage="extract")
     if not isinstance(text, str):
         kind = "missing" if text is None else type(text).__name__
         return _error(full_id, "NoText", f"{where}: text field is {kind}", stage="extract")
     if not text.strip():
         return _error(full_id, "NoText", f"{where}: empty text", stage="extract")
     return {"doc_id": full_id, "pages": [text]}
+
+
+def _names_another_position(doc_id: str, where: str) -> bool:
+    """Whether an id has the form of another row's position in this shard (`where` is this row's)."""
+    name, _, number = doc_id.partition(":")
+    return name == where.partition(":")[0] and number.isascii() and number.isdigit() and doc_id != where
 
 
 def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields(), unit: ShardUnit = WHOLE) -> Iterator[dict]:
@@ -292,7 +312,20 @@ def _jsonl_record(line: bytes, where: str, fields: ShardFields) -> dict:
         raise ShardError("BadRecord", f"{where}: not a JSON object: {e}") from None
     if not isinstance(record, dict):
         raise ShardError("BadRecord", f"{where}: a JSON {type(record).__name__}, not an object")
+    if _SURROGATE_ESCAPE.search(line):
+        for name in (fields.id, fields.text):
+            value = record.get(name)
+            if isinstance(value, str) and not _is_unicode(value):
+                raise ShardError("BadRecord", f"{where}: field {name!r} holds a lone surrogate escape, not text")
     return record
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats) -> Iterator[dict]:
@@ -334,9 +367,10 @@ def _parquet_rows(
     shard = _open_parquet(raw, fields)
     row = unit.first
     try:
-        for batch in _parquet_batches(shard, [fields.id, fields.text], unit):
-            ids = batch.column(0).to_pylist()
-            texts = batch.column(1).to_pylist()
+        # By name: one column when the id is the text (`dict.fromkeys` keeps one of the two).
+        for batch in _parquet_batches(shard, list(dict.fromkeys([fields.id, fields.text])), unit):
+            ids = batch.column(fields.id).to_pylist()
+            texts = batch.column(fields.text).to_pylist()
             for doc_id, text in zip(ids, texts):
                 doc_id = _id_str(doc_id)
                 yield _document(uri, doc_id, text, f"row:{row}", bool(doc_id) and repeats(doc_id, row))
@@ -357,6 +391,8 @@ def _is_storage(e: BaseException) -> bool:
 def _id_str(value) -> str | None:
     if value is None:
         return None
+    if isinstance(value, bytes):  # a binary column; bytes that are not UTF-8 keep a printable, stable form
+        return value.decode("utf-8", "backslashreplace")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)

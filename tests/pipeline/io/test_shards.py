@@ -142,3 +142,59 @@ def test_a_gzip_or_small_shard_is_one_unit(tmp_path):
         g.write(f.read())
     assert shards.plan_units(str(tmp_path / "dups.jsonl.gz"), "jsonl", 10**12, unit_bytes=150) is None
     assert shards.plan_units(uri, "jsonl", 100, unit_bytes=150) is None
+
+
+def test_a_lone_surrogate_escape_costs_only_its_record_in_a_shard_read_whole_or_in_units(tmp_path):
+    # json.loads accepts "\ud800" and makes a str that Arrow cannot encode: the block it lands in failed whole.
+    path = tmp_path / "s.jsonl"
+    lines = [
+        r'{"id": "s1", "text": "lone \ud800 here"}',
+        r'{"id": "bad\udc80id", "text": "x"}',
+        r'{"id": "pair", "text": "a real pair \ud83d\ude00 is fine"}',
+        '{"id": "s2", "text": "fine"}',
+    ]
+    path.write_text(("\n".join(lines) + "\n") * 3)
+    rows = list(iter_shard(str(path), "jsonl"))
+    got = [(r["doc_id"].split("#")[1], r.get("error_type")) for r in rows]
+    assert got[:4] == [("line:1", "BadRecord"), ("line:2", "BadRecord"), ("pair", None), ("s2", None)]
+    assert "field 'text' holds a lone surrogate" in rows[0]["error_message"]
+    assert rows[2]["pages"] == ["a real pair \N{GRINNING FACE} is fine"]
+    pa.Table.from_pylist(rows)  # every row is Arrow text
+    plan = shards.plan_units(str(path), "jsonl", path.stat().st_size, unit_bytes=100)
+    assert plan is not None and read_all(str(path), "jsonl", plan) == rows
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_an_id_of_another_rows_positional_form_is_refused_so_doc_ids_stay_unique(tmp_path, kind):
+    # Line 3 (row 2) has no id: its error row is URI#line:3 (URI#row:2), which a record's id may not take.
+    ids = ["line:3", None, None, "line:4", "row:0", "row:2", "line:x"]
+    if kind == "jsonl":
+        path = tmp_path / "s.jsonl"
+        path.write_text("\n".join(json.dumps({"id": i, "text": f"text {n}"}) for n, i in enumerate(ids)))
+    else:
+        path = tmp_path / "s.parquet"
+        pq.write_table(pa.table({"id": ids, "text": [f"text {n}" for n in range(len(ids))]}), path)
+    rows = list(iter_shard(str(path), kind))
+    got = [(r["doc_id"].split("#")[1], r.get("error_type")) for r in rows]
+    if kind == "jsonl":
+        expected = [("line:1", "ReservedId"), ("line:2", "MissingId"), ("line:3", "MissingId"), ("line:4", None)]
+        expected += [("row:0", None), ("row:2", None), ("line:x", None)]
+    else:
+        expected = [("line:3", None), ("row:1", "MissingId"), ("row:2", "MissingId"), ("line:4", None)]
+        expected += [("row:4", "ReservedId"), ("row:5", "ReservedId"), ("line:x", None)]
+    assert got == expected
+    assert len({r["doc_id"] for r in rows}) == len(rows)
+
+
+def test_parquet_id_and_text_from_one_column_and_binary_columns(tmp_path):
+    pq.write_table(pa.table({"text": ["one text", "two text"]}), tmp_path / "same.parquet")
+    rows = list(iter_shard(str(tmp_path / "same.parquet"), "parquet", ShardFields(id="text", text="text")))
+    assert [(r["doc_id"].split("#")[1], r["pages"]) for r in rows] == [(t, [t]) for t in ("one text", "two text")]
+
+    ids, texts = pa.array([b"b1", b"\xff"], pa.binary()), pa.array([b"caf\xc3\xa9", b"\xff"], pa.binary())
+    table = pa.table({"id": ids, "text": texts})
+    pq.write_table(table, tmp_path / "binary.parquet")
+    rows = list(iter_shard(str(tmp_path / "binary.parquet"), "parquet"))
+    assert rows[0]["doc_id"].endswith("#b1") and rows[0]["pages"] == ["café"]
+    assert rows[1]["doc_id"].endswith("#\\xff") and rows[1]["error_type"] == "NoText"
+    assert "not UTF-8" in rows[1]["error_message"]
