@@ -28,6 +28,7 @@ import numpy as np
 from kernels.encoders import bert, gte, modernbert, nomic_bert, xlm_roberta
 from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
 from kernels.encoders._config import (
+    POOLING_MODES,
     CheckpointMismatch,
     LayerKind,
     ModelConfig,
@@ -45,7 +46,7 @@ _LAZY = {
         ("bfloat16_as_bits", "cast_params", "forward", "init_params", "logical", "param_axes"),
         "kernels.encoders._blocks",
     ),
-    **dict.fromkeys(("POOLING_MODES", "normalize", "pool"), "kernels.encoders._pooling"),
+    **dict.fromkeys(("normalize", "pool"), "kernels.encoders._pooling"),
 }
 
 

@@ -37,6 +37,11 @@ class WindowTooLong(ValueError):
     """More tokens per sequence than the model's positions cover."""
 
 
+# How `pool` turns a sequence's hidden states into one vector (kernels.encoders._pooling); here, without
+# JAX, for the driver that reads a model's pooling config.
+POOLING_MODES = ("mean", "cls", "lasttoken")
+
+
 @dataclasses.dataclass(frozen=True)
 class Rope:
     """Rotary position embedding, rotate-half convention (GPT-NeoX, Hugging Face `rotate_half`).

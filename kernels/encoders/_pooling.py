@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from kernels.encoders._config import POOLING_MODES
 from kernels.precision import MATMUL_PRECISION
-
-POOLING_MODES = ("mean", "cls", "lasttoken")
 
 
 def pool(hidden_BTD, segments_BT, n_slots: int, mode: str):

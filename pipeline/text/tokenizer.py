@@ -6,6 +6,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
+from pipeline.errors import ModelError
+
 
 class Tokenizer:
     """A `tokenizer.json` tokenizer with truncation and padding turned off.
@@ -18,7 +20,10 @@ class Tokenizer:
     """
 
     def __init__(self, path: Path, prompt: str = ""):
-        self._tok = HFTokenizer.from_file(str(path))
+        try:
+            self._tok = HFTokenizer.from_file(str(path))
+        except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
+            raise ModelError(f"cannot read {path}: {e}") from None
         self._tok.no_truncation()
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)

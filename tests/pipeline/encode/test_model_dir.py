@@ -5,6 +5,7 @@ import pytest
 
 from pipeline.encode import model_dir, model_location
 from pipeline.errors import ModelError
+from pipeline.text.tokenizer import Tokenizer
 
 from support import bert_tensor_shapes, measure_in_child, write_zero_safetensors
 
@@ -40,6 +41,91 @@ def test_cls_pooling_is_read_from_the_pooling_config(tmp_path):
     cfg.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
     (path / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
     assert model_dir.resolve(str(path)).pooling == "cls"
+
+
+def edit_json(path, name: str, change) -> None:
+    file = path / name
+    file.write_text(json.dumps(change(json.loads(file.read_text()) if file.exists() else {})))
+
+
+def set_pooling(cfg: dict):
+    return lambda path: edit_json(path, "1_Pooling/config.json", lambda _: cfg)
+
+
+@pytest.mark.parametrize(
+    "layout, pooling",
+    [
+        # sentence-transformers 6 writes one `pooling_mode`, a name or a list of one.
+        ({"embedding_dimension": 384, "pooling_mode": "cls", "include_prompt": True}, "cls"),
+        ({"embedding_dimension": 384, "pooling_mode": ["lasttoken"]}, "lasttoken"),
+        # Before it, a flag per mode; with none set, sentence-transformers mean-pools.
+        ({"word_embedding_dimension": 384, "pooling_mode_lasttoken": True}, "lasttoken"),
+        ({"word_embedding_dimension": 384}, "mean"),
+    ],
+)
+def test_pooling_is_read_as_sentence_transformers_reads_it(tmp_path, layout, pooling):
+    path = copy_model(tmp_path)
+    set_pooling(layout)(path)
+    assert model_dir.resolve(str(path)).pooling == pooling
+
+
+def test_the_window_is_sentence_transformers_max_seq_length_whichever_file_holds_it(tmp_path):
+    # sentence-transformers 6 writes no max_seq_length to sentence_bert_config.json: the tokenizer's bounds it.
+    path = copy_model(tmp_path)
+    edit_json(path, "sentence_bert_config.json", lambda cfg: {k: v for k, v in cfg.items() if k != "max_seq_length"})
+    edit_json(path, "tokenizer_config.json", lambda cfg: {**cfg, "model_max_length": 128})
+    assert model_dir.resolve(str(path)).max_seq_length == 128
+    edit_json(path, "tokenizer_config.json", lambda cfg: {**cfg, "model_max_length": int(1e30)})  # "no limit"
+    assert model_dir.resolve(str(path)).max_seq_length == 512  # the model's positions
+    edit_json(path, "sentence_bert_config.json", lambda cfg: {**cfg, "max_seq_length": 64})
+    assert model_dir.resolve(str(path)).max_seq_length == 64
+
+
+def add_dense_module(path) -> None:
+    modules = json.loads((path / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (path / "modules.json").write_text(json.dumps(modules))
+
+
+def transformer_in_a_subdirectory(path) -> None:
+    edit_json(path, "modules.json", lambda modules: [{**modules[0], "path": "0_Transformer"}, *modules[1:]])
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        # What sentence-transformers would run and docembed does not: refused, never skipped.
+        (add_dense_module, "names a 'sentence_transformers.models.Dense' module, which docembed does not implement"),
+        (set_pooling({"pooling_mode": ["cls", "mean"]}), "pooling cls \\+ mean is not supported; docembed pools by"),
+        (set_pooling({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}), "max \\+ mean"),
+        (set_pooling({"pooling_mode_max_tokens": True}), "pooling max is not supported"),
+        (transformer_in_a_subdirectory, "files are in 0_Transformer/"),
+        (
+            lambda p: edit_json(p, "config_sentence_transformers.json", lambda c: {**c, "default_prompt_name": "x"}),
+            "default_prompt_name 'x' is none of its prompts",
+        ),
+        # Files of the wrong shape, or cut short, each one line naming the file.
+        (lambda p: edit_json(p, "modules.json", lambda m: dict(enumerate(m))), "modules.json is not a list"),
+        (lambda p: edit_json(p, "config.json", lambda c: [c]), "config.json holds a JSON list, not an object"),
+        (lambda p: edit_json(p, "sentence_bert_config.json", lambda c: {**c, "max_seq_length": "abc"}), "'abc' is not"),
+        (
+            lambda p: edit_json(p, "config_sentence_transformers.json", lambda c: {**c, "prompts": ["query: "]}),
+            "prompts is not a mapping",
+        ),
+    ],
+)
+def test_what_docembed_would_run_otherwise_than_sentence_transformers_is_refused(tmp_path, breakage, message):
+    path = copy_model(tmp_path)
+    breakage(path)
+    with pytest.raises(ModelError, match=message):
+        model_dir.resolve(str(path))
+
+
+def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
+    path = copy_model(tmp_path)
+    (path / "tokenizer.json").write_bytes((path / "tokenizer.json").read_bytes()[:1000])
+    with pytest.raises(ModelError, match="cannot read .*tokenizer.json: EOF"):
+        Tokenizer(path / "tokenizer.json")
 
 
 @pytest.mark.parametrize(
