@@ -105,6 +105,16 @@ SUMMARY_SCHEMA = pa.schema(
 )
 
 
+def is_utf8(text: str) -> bool:
+    """Whether Arrow can hold `text`: not when it has a lone surrogate (from a JSON escape such as "\\ud800",
+    or a file name's byte that is not UTF-8, which Python decodes to one)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def error_row(row: dict, stage: str, error_type: str, message: str) -> dict:
     """`row` (at least its doc_id) as the error row of a document that failed `stage`."""
     return {**row, "error_stage": stage, "error_type": error_type, "error_message": message[:ERROR_MESSAGE_CHARS]}

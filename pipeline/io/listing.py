@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 import os
 from collections.abc import Iterator
 
@@ -32,6 +33,9 @@ from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import check_location, redact, scheme_of, uri_of
 from pipeline.kinds import SHARD_KINDS, kind_of
+from pipeline.schemas import is_utf8
+
+log = logging.getLogger("docembed")
 
 LISTING_SCHEMA = pa.schema([("uri", pa.string()), ("kind", pa.string()), ("size", pa.int64())])
 
@@ -53,19 +57,24 @@ class InputFile:
         return self.kind in SHARD_KINDS
 
 
-def list_pages(locations: list[str], *, start_after: str | None = None, page_size: int = 1000) -> Iterator[Page]:
+def list_pages(
+    locations: list[str], *, start_after: str | None = None, page_size: int = 1000, leave_out: str | None = None
+) -> Iterator[Page]:
     """Pages of at most `page_size` readable inputs under `locations`, in strictly ascending URI order.
 
     A location may be a file or a directory (searched recursively). Every location
-    is checked here, before the first page: one that does not exist is
-    `InputError`. Files whose extension the pipeline does not read are counted in
-    `Page.skipped` (a page may hold only those). Only URIs after `start_after`
-    come. A storage failure, even pages in, is `StorageError`.
+    is checked here, before the first page: one that does not exist, or is neither
+    a file nor a directory, is `InputError`. Files whose extension the pipeline does
+    not read, and local files whose name is not UTF-8 (which no doc_id can hold),
+    are counted in `Page.skipped` (a page may hold only those). Only URIs after
+    `start_after` come; none under the location `leave_out` (the job's output,
+    which may lie under an input). A storage failure, even pages in, is `StorageError`.
     """
     if page_size < 1:
         raise ValueError(f"page_size must be at least 1, not {page_size}")
     streams = [_location(location, start_after, page_size) for location in locations]
-    return _paged(heapq.merge(*streams), start_after, page_size)
+    left_out = None if leave_out is None else _tree(leave_out)
+    return _paged(heapq.merge(*streams), start_after, page_size, left_out)
 
 
 def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
@@ -81,15 +90,21 @@ def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
     return inputs, skipped
 
 
-def _paged(entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int) -> Iterator[Page]:
+def _paged(
+    entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int, left_out: str | None
+) -> Iterator[Page]:
     uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
     for uri, size in entries:
         if last is not None and uri <= last:
             continue  # the same file from another location, or at or before start_after
         last = uri
-        kind = kind_of(uri)
+        if left_out is not None and uri.startswith(left_out):
+            continue
+        kind = kind_of(uri) if is_utf8(uri) else None
         if kind is None:
             skipped += 1
+            if not is_utf8(uri):
+                log.warning("docembed: skipped %r: its name is not UTF-8, which a doc_id must be", os.fsencode(uri))
             continue
         uris.append(uri)
         kinds.append(kind)
@@ -111,7 +126,15 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
         raise InputError(f"input {redact(location)} does not exist{_missing_bucket(fs, path)}")
     if info.type == pafs.FileType.File:
         return iter([(uri_of(location, info.path, path), info.size)])
+    if info.type != pafs.FileType.Directory:
+        raise InputError(f"input {redact(location)} is neither a file nor a directory")
     return _failing_at(location, _entries(location, fs, path, start_after, page_size))
+
+
+def _tree(location: str) -> str:
+    """What the URI of every file under the directory `location` starts with."""
+    _, path = filesystem_for(location)
+    return uri_of(location, f"{path.rstrip('/')}/", path)
 
 
 def _failing_at(location: str, entries: Iterator[tuple[str, int]]) -> Iterator[tuple[str, int]]:
@@ -124,7 +147,7 @@ def _entries(
 ) -> Iterator[tuple[str, int]]:
     """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI."""
     scheme = scheme_of(location)
-    base = uri_of(location, f"{path.rstrip('/')}/", path)  # what every URI under it starts with
+    base = _tree(location)
     if wholly_before(base, start_after):
         return
     within = start_after if start_after and start_after.startswith(base) else None
@@ -140,19 +163,25 @@ def _entries(
         yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
 
 
-def _walk(directory: str, start_after: str | None) -> Iterator[tuple[str, int]]:
+def _walk(directory: str, start_after: str | None, above: frozenset = frozenset()) -> Iterator[tuple[str, int]]:
     """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time.
 
     A directory sorts as its name followed by "/", as its files' paths do: `a-b`
-    comes before `a/x`, which comes before `a0`.
+    comes before `a/x`, which comes before `a0`. Symbolic links are followed,
+    except one to a directory the walk is already inside (`above`: their device
+    and inode), which would list its files again, deeper each time, until the
+    path is too long.
     """
+    here = os.stat(directory)
+    above = above | {(here.st_dev, here.st_ino)}
     with os.scandir(directory) as it:
         named = sorted((e.name + "/" if e.is_dir() else e.name, e) for e in it)
     for name, entry in named:
         path = directory + name
         if name.endswith("/"):
-            if not wholly_before(path, start_after):
-                yield from _walk(path, start_after)
+            inside = entry.stat()
+            if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
+                yield from _walk(path, start_after, above)
         elif entry.is_file() and (start_after is None or path > start_after):
             yield path, entry.stat().st_size
 

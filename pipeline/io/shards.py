@@ -52,7 +52,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import ShardError, StorageError
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import NOT_FOUND, retrying
-from pipeline.schemas import error_row
+from pipeline.schemas import error_row, is_utf8
 
 READ_BUFFER = 1 << 20  # bytes per ranged read of a shard
 PARQUET_BATCH = 256  # rows decoded at a time
@@ -315,17 +315,9 @@ def _jsonl_record(line: bytes, where: str, fields: ShardFields) -> dict:
     if _SURROGATE_ESCAPE.search(line):
         for name in (fields.id, fields.text):
             value = record.get(name)
-            if isinstance(value, str) and not _is_unicode(value):
+            if isinstance(value, str) and not is_utf8(value):
                 raise ShardError("BadRecord", f"{where}: field {name!r} holds a lone surrogate escape, not text")
     return record
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats) -> Iterator[dict]:

@@ -173,7 +173,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
-    listing = _listing_with_documents(cfg.inputs)
+    listing = _listing_with_documents(cfg.inputs, cfg.output)
     sink.check_writable(cfg.output)
 
     owns_ray = _init_ray(cfg.verbosity)
@@ -188,12 +188,13 @@ def run(cfg: JobConfig) -> RunReport | None:
             raise
 
 
-def _listing_with_documents(locations: tuple[str, ...]) -> Iterator[Page]:
+def _listing_with_documents(locations: tuple[str, ...], output: str) -> Iterator[Page]:
     """The listing, once it has found a document: InputError before anything is written or started unless it does.
 
     A fresh run records this same listing, so the pages read to find the first document are not asked for twice.
+    The output's own files are never inputs, wherever it lies.
     """
-    pages = list_pages(list(locations))
+    pages = list_pages(list(locations), leave_out=output)
     seen, skipped = [], 0
     for page in pages:
         seen.append(page)
@@ -244,7 +245,7 @@ def _run_on_ray(
     elif record.last_uri is None:
         pages = listing
     else:  # the listing goes on after the part a stopped run recorded
-        pages = list_pages(list(cfg.inputs), start_after=record.last_uri)
+        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=cfg.output)
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
     coordinator = _on_this_node(RunCoordinator, name=coordinator_name)
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)

@@ -102,6 +102,45 @@ def test_missing_and_empty_locations(tmp_path):
         list_pages([str(tmp_path)], page_size=0)
 
 
+def test_files_named_in_bytes_that_are_not_utf8_are_skipped_and_said(tmp_path, caplog):
+    # Python names such a file with a lone surrogate, which no Arrow string (no doc_id) can hold.
+    (tmp_path / "ok.txt").write_text("ok")
+    (Path(os.fsdecode(bytes(tmp_path) + b"/caf\xe9.txt"))).write_text("x")
+    rows, skipped, _ = listed([str(tmp_path)], page_size=1)
+    assert [r[0] for r in rows] == [str(tmp_path / "ok.txt")] and skipped == 1
+    assert "caf\\xe9.txt': its name is not UTF-8" in caplog.text
+
+
+def test_a_symlink_to_a_directory_above_is_not_followed_and_other_links_are(tmp_path):
+    root = make_tree(tmp_path / "tree")
+    (root / "c" / "up").symlink_to("..")  # a loop: tree/c/up/c/up/...
+    (root / "linked").symlink_to(root / "a")  # the same files under another path, as `find -L` lists them
+    rows, _, _ = listed([str(root)])
+    under = [r[0][len(str(root)) + 1 :] for r in rows]
+    assert not [name for name in under if name.startswith("c/up/")]
+    assert [name for name in under if name.startswith(("a/", "linked/"))] == [
+        "a/x.txt",
+        "a/y/z.md",
+        "linked/x.txt",
+        "linked/y/z.md",
+    ]
+
+
+def test_the_output_under_an_input_is_left_out_and_a_special_file_is_no_input(tmp_path):
+    root = make_tree(tmp_path / "tree")
+    (root / "out" / "embeddings").mkdir(parents=True)
+    (root / "out" / "embeddings" / "part-1.parquet").write_bytes(b"x")
+    (root / "out" / "_SUCCESS").write_text("{}")
+    (root / "outside.txt").write_text("x")
+    rows, skipped, _ = listed([str(root)], leave_out=f"file://{root}/out/")
+    want, want_skipped = expected(root)
+    assert [r[0] for r in rows] == [r[0] for r in want if "/out/" not in r[0]] and skipped == want_skipped - 1
+    assert str(root / "outside.txt") in [r[0] for r in rows]  # `out` is a prefix of its name, not its directory
+    os.mkfifo(tmp_path / "pipe.txt")
+    with pytest.raises(InputError, match="pipe.txt is neither a file nor a directory"):
+        list_pages([str(tmp_path / "pipe.txt")])
+
+
 def test_a_directory_of_skipped_files_is_one_page_of_counts(tmp_path):
     for i in range(5):
         (tmp_path / f"{i}.png").write_bytes(b"x")
