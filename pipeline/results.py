@@ -11,7 +11,10 @@ import pyarrow.parquet as pq
 from pipeline.errors import InputError
 from pipeline.io.filesystems import filesystem_for
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
-from pipeline.schemas import ERRORS_SCHEMA
+from pipeline.schemas import CHUNK_FIELDS, ERRORS_SCHEMA
+
+# `embeddings/` of a run that embedded nothing: its columns, the embedding's size unknown (no part says it).
+NO_EMBEDDINGS_SCHEMA = pa.schema(CHUNK_FIELDS + [pa.field("embedding", pa.list_(pa.float32()))])
 
 
 def read_report(output: str) -> dict:
@@ -29,8 +32,8 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
     read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
     fs, root = filesystem_for(output)
     table = pq.read_table(f"{root}/{which}", filesystem=fs)
-    if which == ERRORS_DIR and not table.num_columns:  # a run without a single error wrote no part
-        table = ERRORS_SCHEMA.empty_table()
+    if not table.num_columns:  # no part: a run without a single error, or one whose every document failed
+        table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     return table.sort_by(keys)
 

@@ -8,9 +8,10 @@ import json
 from pipeline.io.uris import redact
 
 
-def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
+def fingerprint(spec, chunking, encoder, pdf_extractor: str, fields) -> dict:
     """What makes this output's numbers: model weights, tokenizer, head, chunking (window, overlap, mode) and
-    prompt, compute dtype, output dimension (None: the model's), PDF extractor."""
+    prompt, compute dtype, output dimension (None: the model's), PDF extractor, and the shards' id and text
+    fields (`pipeline.io.shards.ShardFields`): another text field embeds other texts under the same doc_ids."""
     settings = {
         "model_fingerprint": spec.fingerprint,
         "weights_sha256": spec.weights_sha256,
@@ -22,6 +23,8 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str) -> dict:
         "dtype": encoder.dtype,
         "dim": encoder.dim,
         "pdf_extractor": pdf_extractor,
+        "id_field": fields.id,
+        "text_field": fields.text,
     }
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     return {"fingerprint": digest, "model": redact(spec.model_id), **settings}
@@ -38,6 +41,8 @@ def mismatch(output: str, recorded: dict, manifest: dict) -> str:
         "dtype",
         "dim",
         "pdf_extractor",
+        "id_field",
+        "text_field",
     )
     differs = [
         f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)
@@ -45,5 +50,5 @@ def mismatch(output: str, recorded: dict, manifest: dict) -> str:
     return (
         f"output {redact(output)} holds an unfinished run made with other settings "
         f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); "
-        "resume it with the same model, chunking, prompt and dim, or start afresh with --overwrite"
+        "resume it with the same model, chunking, prompt, dim and fields, or start afresh with --overwrite"
     )

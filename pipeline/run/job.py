@@ -223,8 +223,8 @@ def _run_on_ray(
     # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
     cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))
     # Only now, with every argument checked, is anything written.
-    manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
+    manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor, fields)
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
     state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
     if state is None:

@@ -7,6 +7,7 @@ included. One embed run serves the searches.
 
 import http.server
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.results import read_report
+from pipeline.results import read_report, read_table
 
 from support import REPO, SAMPLES
 
@@ -50,6 +51,23 @@ def test_search_with_every_option(embedded):
     result = run(PYTHON_M, "search", "--output", str(embedded), *query)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in result.stdout
+
+
+def test_search_says_in_one_line_when_nothing_was_embedded_or_asked(embedded, tmp_path):
+    # An output whose every document failed has no part under embeddings/ (made so from a real output).
+    failed = tmp_path / "failed"
+    shutil.copytree(embedded, failed)
+    for part in (failed / "embeddings").iterdir():
+        part.unlink()
+    assert read_table(str(failed)).num_rows == 0 and "embedding" in read_table(str(failed)).column_names
+    for output, args, message in [
+        (failed, ["--query", "photosynthesis"], "holds no embedded chunk: its 0 documents failed"),
+        (embedded, ["--query", "photosynthesis", "--top", "0"], "--top must be at least 1"),
+        (embedded, ["--query", "  "], "--query not blank"),
+    ]:
+        result = run(DOCEMBED, "search", "--output", str(output), *args)
+        assert (result.returncode, result.stdout) == (2, ""), result.stderr[-3000:]
+        assert result.stderr.startswith("docembed: error: ") and message in result.stderr, result.stderr
 
 
 def test_capacity_measures_the_encoder_here_without_a_given_rate():

@@ -15,6 +15,7 @@ from pipeline import Embedder
 from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
+from pipeline.io.shards import ShardFields
 from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig, chunk_document
 from pipeline.text.tokenizer import Tokenizer
@@ -119,13 +120,19 @@ def test_dim_beyond_the_model_and_windows_beyond_its_positions_are_refused():
         Embedder.load(str(NOMIC), max_tokens=8193)
 
 
-def test_prompt_dim_and_chunking_mode_are_in_the_fingerprint():
+def test_prompt_dim_chunking_mode_and_shard_fields_are_in_the_fingerprint():
     spec = model_dir.resolve(str(NOMIC))
-    base = fingerprint(spec, ChunkingConfig(64, 8), EncoderConfig(), "pypdf")
-    prompted = fingerprint(spec, ChunkingConfig(64, 8, "search_document: "), EncoderConfig(), "pypdf")
-    smaller = fingerprint(spec, ChunkingConfig(64, 8), EncoderConfig(dim=16), "pypdf")
-    windows = fingerprint(spec, ChunkingConfig(64, 8, mode="window"), EncoderConfig(), "pypdf")
+
+    def of(chunking=ChunkingConfig(64, 8), encoder=EncoderConfig(), fields=ShardFields()) -> dict:
+        return fingerprint(spec, chunking, encoder, "pypdf", fields)
+
+    base = of()
+    prompted = of(chunking=ChunkingConfig(64, 8, "search_document: "))
+    smaller = of(encoder=EncoderConfig(dim=16))
+    windows = of(chunking=ChunkingConfig(64, 8, mode="window"))
+    body = of(fields=ShardFields(text="body"))
     assert prompted["prompt"] == "search_document: " and smaller["dim"] == 16
     assert base["chunking"] == "boundaries" and windows["chunking"] == "window"
-    assert len({base["fingerprint"], prompted["fingerprint"], smaller["fingerprint"], windows["fingerprint"]}) == 4
+    assert len({m["fingerprint"] for m in (base, prompted, smaller, windows, body)}) == 5
     assert "chunking 'boundaries' there, 'window' now" in mismatch("out", base, windows)
+    assert "text_field 'text' there, 'body' now" in mismatch("out", base, body)

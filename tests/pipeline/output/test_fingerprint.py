@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
+from pipeline.io.shards import ShardFields
 from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig
 
@@ -20,7 +21,7 @@ def spec():
 
 
 def manifest(spec, dtype: str, platform: str) -> dict:
-    return fingerprint(spec, CHUNKING, EncoderConfig(dtype=dtype).running_on(platform), "pdfium")
+    return fingerprint(spec, CHUNKING, EncoderConfig(dtype=dtype).running_on(platform), "pdfium", ShardFields())
 
 
 def test_bfloat16_asked_on_a_cpu_without_bfloat16_dots_is_recorded_as_float32(spec, cpu_flags):
