@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import codecs
+
 from pipeline.errors import DocumentError
 from pipeline.extract._dispatch import pdf_pages
 
@@ -16,9 +18,22 @@ def extract_pages(data: bytes, kind: str, pdf_extractor: str = "auto") -> list[s
     return pages
 
 
+# A byte-order mark names its encoding beyond doubt (Windows tools save UTF-16 with one). UTF-32's come
+# first: UTF-32-LE's starts with UTF-16-LE's. Without one a text file must be UTF-8: a guess among the
+# legacy encodings would embed mojibake without a word.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
 def _decode_text(data: bytes) -> str:
+    """The text of a UTF-8 file, or of a UTF-16 or UTF-32 one that starts with its byte-order mark; the mark
+    is dropped (utf-8-sig drops UTF-8's), as it would otherwise become a token."""
+    encoding = next((name for bom, name in _BOMS if data.startswith(bom)), "utf-8-sig")
     try:
-        # utf-8-sig drops a byte-order mark, which would otherwise become a token.
-        return data.decode("utf-8-sig")
+        return data.decode(encoding)
     except UnicodeDecodeError as e:
-        raise DocumentError("UndecodableText", f"not valid UTF-8: {e}") from None
+        raise DocumentError("UndecodableText", f"not valid {encoding.removesuffix('-sig').upper()}: {e}") from None

@@ -59,6 +59,16 @@ def test_text_is_decoded_as_utf8_without_bom():
     assert extract_pages("\ufeffZürich ✓".encode("utf-8"), "text") == ["Zürich ✓"]
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32", "utf-32-be"])
+def test_utf16_and_utf32_are_read_by_their_byte_order_mark_and_nothing_else_guessed(encoding):
+    text = "Zürich ✓ 日本"
+    # Python's utf-16 and utf-32 write the mark (little-endian here) themselves; the -be ones do not.
+    data = text.encode(encoding) if encoding in ("utf-16", "utf-32") else f"\ufeff{text}".encode(encoding)
+    assert extract_pages(data, "text") == [text]
+    with pytest.raises(DocumentError, match="UTF-8"):
+        extract_pages("Zürich ✓".encode("utf-16-le"), "text")  # no mark: not UTF-8, and not guessed
+
+
 @extractors
 def test_each_bad_document_raises_its_error_type(bad_documents, extractor):
     for name, (data, stage, error_type) in bad_documents.items():
