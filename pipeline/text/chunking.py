@@ -105,10 +105,7 @@ def chunk_document(
 
     chunks = []
     for start, end in spans:
-        if len(spans) == 1:
-            char_start, char_end = 0, len(text)
-        else:
-            char_start, char_end = offsets[start][0], offsets[end - 1][1]
+        char_start, char_end = (0, len(text)) if len(spans) == 1 else _reach(text, offsets, start, end)
         chunks.append(
             Chunk(
                 text=text[char_start:char_end],
@@ -120,6 +117,23 @@ def chunk_document(
             )
         )
     return chunks
+
+
+def _reach(text: str, offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+    """The characters of tokens [start, end), with those no token holds that cling to them.
+
+    A tokenizer drops some characters (a combining accent it strips, a zero-width space, a control
+    character); those between the span's tokens are inside it anyway, those at its edges would fall
+    between two chunks. So a span reaches out over them, up to white space or the next token.
+    """
+    lo, hi = offsets[start][0], offsets[end - 1][1]
+    floor = offsets[start - 1][1] if start else 0
+    ceiling = offsets[end][0] if end < len(offsets) else len(text)
+    while lo > floor and not text[lo - 1].isspace():
+        lo -= 1
+    while hi < ceiling and not text[hi].isspace():
+        hi += 1
+    return lo, hi
 
 
 def window_spans(n: int, content: int, overlap: int) -> list[tuple[int, int]]:

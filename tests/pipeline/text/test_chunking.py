@@ -1,4 +1,5 @@
 import base64
+import bisect
 import json
 import os
 import subprocess
@@ -99,10 +100,9 @@ def english():
 def checked_spans(text, enc, chunks, tokenizer, cfg):
     """The chunks' token spans [start, end), after checking what every chunking must hold:
     windows fit, token ids are the document's own, spans are exact and tile the document."""
-    offsets = enc.offsets
-    start_of = {a: i for i, (a, _) in reversed(list(enumerate(offsets)))}
-    end_of = {b: i + 1 for i, (_, b) in enumerate(offsets)}
-    spans = [(start_of[c.char_start], end_of[c.char_end]) for c in chunks]
+    starts, ends = [a for a, _ in enc.offsets], [b for _, b in enc.offsets]
+    # The tokens a chunk's characters hold (a span may reach over characters no token holds: `_reach`).
+    spans = [(bisect.bisect_left(starts, c.char_start), bisect.bisect_right(ends, c.char_end)) for c in chunks]
     assert spans[0][0] == 0 and spans[-1][1] == len(enc.ids)
     for c, (s, e) in zip(chunks, spans):
         assert len(c.token_ids) <= cfg.max_tokens
@@ -192,6 +192,19 @@ def test_right_to_left_cyrillic_and_cjk_texts_end_on_sentences(tokenizer, script
     ends = [levels[e] for _, e in spans]
     assert sum(level >= SENTENCE for level in ends) >= len(ends) / 2
     assert min(ends) >= (CHARACTER if script in ("zh", "ja") else WORD)
+
+
+@pytest.mark.parametrize("mode", ["boundaries", "window"])
+def test_characters_the_tokenizer_drops_stay_in_a_chunk_at_its_edges(tokenizer, mode):
+    # The uncased model strips a combining accent, and drops zero-width, BOM and NUL characters: no token
+    # holds them, and one right after a chunk's last token fell between two chunks.
+    clinging = ["e\u0301", "a\u0308", "word\u200b", "\ufeffmark", "nul\x00", "plain", "end."]
+    text = " ".join(clinging[i % len(clinging)] for i in range(400))
+    cfg = ChunkingConfig(max_tokens=32, overlap=8, mode=mode)
+    chunks, enc = chunks_of(text, tokenizer, cfg)
+    checked_spans(text, enc, chunks, tokenizer, cfg)
+    held = set().union(*(range(c.char_start, c.char_end) for c in chunks))
+    assert [i for i, ch in enumerate(text) if i not in held and not ch.isspace()] == []
 
 
 def test_thai_is_cut_between_characters_never_before_a_combining_mark(tmp_path):
