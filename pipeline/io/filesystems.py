@@ -26,13 +26,13 @@ import datetime
 import functools
 import os
 import uuid
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
 from pipeline.io.retries import NOT_FOUND, retrying
-from pipeline.io.uris import GCS_SCHEMES, OBJECT_STORE_SCHEMES, check_location, is_uri, redact, scheme_of
+from pipeline.io.uris import GCS_SCHEMES, OBJECT_STORE_SCHEMES, check_location, is_uri, parse, redact, scheme_of
 
 S3_MAX_ATTEMPTS = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 800ms)
 GCS_RETRY_SECONDS = 60  # per request, inside google-cloud-cpp
@@ -64,9 +64,9 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
         return pafs.LocalFileSystem(), os.path.abspath(location)
     check_location(location)
     scheme = scheme_of(location)
-    parsed = urlparse(location)
-    if scheme == "file":
-        return pafs.LocalFileSystem(), os.path.abspath(parsed.path)
+    parsed = parse(location)
+    if scheme == "file":  # percent-encoded, as RFC 8089 has it: file:///data/Report%20%235.pdf
+        return pafs.LocalFileSystem(), os.path.abspath(unquote(parsed.path))
     if scheme in OBJECT_STORE_SCHEMES:
         family = "gs" if scheme in GCS_SCHEMES else "s3"
         path = f"{parsed.netloc}{parsed.path}".rstrip("/")

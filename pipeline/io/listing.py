@@ -31,7 +31,7 @@ from pipeline.errors import InputError
 from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
-from pipeline.io.uris import check_location, redact, scheme_of, uri_of
+from pipeline.io.uris import check_location, is_uri, redact, scheme_of, uri_of
 from pipeline.kinds import SHARD_KINDS, kind_of
 from pipeline.schemas import is_utf8
 
@@ -65,8 +65,9 @@ def list_pages(
     A location may be a file or a directory (searched recursively). Every location
     is checked here, before the first page: one that does not exist, or is neither
     a file nor a directory, is `InputError`. Files whose extension the pipeline does
-    not read, and local files whose name is not UTF-8 (which no doc_id can hold),
-    are counted in `Page.skipped` (a page may hold only those). Only URIs after
+    not read, local files whose name is not UTF-8 (which no doc_id can hold) and
+    objects whose key holds a "?" (which no URI docembed reads may hold) are counted
+    in `Page.skipped` (a page may hold only those). Only URIs after
     `start_after` come; none under the location `leave_out` (the job's output,
     which may lie under an input). A storage failure, even pages in, is `StorageError`.
     """
@@ -100,11 +101,12 @@ def _paged(
         last = uri
         if left_out is not None and uri.startswith(left_out):
             continue
-        kind = kind_of(uri) if is_utf8(uri) else None
+        unnamed = _unnamed(uri)
+        kind = None if unnamed else kind_of(uri)
         if kind is None:
             skipped += 1
-            if not is_utf8(uri):
-                log.warning("docembed: skipped %r: its name is not UTF-8, which a doc_id must be", os.fsencode(uri))
+            if unnamed:
+                log.warning("docembed: skipped %s", unnamed)
             continue
         uris.append(uri)
         kinds.append(kind)
@@ -114,6 +116,15 @@ def _paged(
             uris, kinds, sizes, skipped = [], [], [], 0
     if uris or skipped:
         yield Page(pa.RecordBatch.from_arrays([uris, kinds, sizes], schema=LISTING_SCHEMA), skipped)
+
+
+def _unnamed(uri: str) -> str | None:
+    """Why a listed file cannot be named by a doc_id that reads it back, if it cannot."""
+    if not is_utf8(uri):
+        return f"{os.fsencode(uri)!r}: its name is not UTF-8, which a doc_id must be"
+    if is_uri(uri) and "?" in uri:
+        return f"{uri!r}: its key holds a '?', which docembed refuses in a URI (where a signed URL has its query)"
+    return None
 
 
 def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int]]:

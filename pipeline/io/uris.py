@@ -43,11 +43,17 @@ def scheme_of(location: str) -> str:
     return urlparse(str(location)).scheme.lower() if is_uri(location) else ""
 
 
+def parse(location: str):
+    """`urlparse` without fragments: "#" is part of an object's key (`s3://b/Report #5.pdf`) or of a file's
+    name, never a fragment docembed would drop."""
+    return urlparse(str(location), allow_fragments=False)
+
+
 def check_location(location: str) -> None:
     """Refuses locations that carry credentials or options: those belong in the environment."""
     if not is_uri(location):
         return
-    parsed = urlparse(location)
+    parsed = parse(location)
     if "@" in parsed.netloc:
         raise ConfigError(
             f"{redact(location)}: credentials in URIs are not accepted (they would end up in logs and outputs); "

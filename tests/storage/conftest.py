@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from storage_servers import REGION, FaultProxy, s3_client, start_gcs, start_moto
-from stored_corpus import NOTES, SAMPLES, note_text, shard_rows
+from stored_corpus import NOTES, SAMPLES, note_name, note_text, shard_rows
 
 
 class Servers:
@@ -85,7 +85,7 @@ def corpus(tmp_path_factory) -> Path:
     (root / "bad" / "zero.txt").write_bytes(b"")
     (root / "notes").mkdir()
     for i in range(NOTES):
-        (root / "notes" / f"note-{i:02d}.txt").write_text(note_text(i))
+        (root / "notes" / note_name(i)).write_text(note_text(i))
     shards = root / "shards"
     shards.mkdir()
     lines = [json.dumps(r) for r in shard_rows("a")]

@@ -13,6 +13,11 @@ NOTES = 12  # short text files, so that a small corpus still makes several group
 SHARD_DOCS = 8
 
 
+def note_name(i: int) -> str:
+    """One name holds a "#" and a space, as object keys may: "#" is no URI fragment in a doc_id."""
+    return f"note-{i:02d} #{i}.txt" if i == 5 else f"note-{i:02d}.txt"
+
+
 def note_text(i: int) -> str:
     return (
         f"Note {i}. Object storage keeps each file as a whole object under a key; "
@@ -31,7 +36,7 @@ def expected_docs(base: str) -> tuple[set[str], set[str]]:
     """(documents that embed, documents that fail) of `corpus` stored under `base`."""
     ok = {f"{base}/samples/pdf/{n}" for n in ("crazyones-pdfa.pdf", "google-doc-document.pdf", "pdflatex-4-pages.pdf")}
     ok |= {f"{base}/samples/text/{p.name}" for p in (SAMPLES / "text").iterdir()}
-    ok |= {f"{base}/notes/note-{i:02d}.txt" for i in range(NOTES)}
+    ok |= {f"{base}/notes/{note_name(i)}" for i in range(NOTES)}
     ok |= {f"{base}/shards/a.jsonl#a-{i}" for i in range(SHARD_DOCS)}
     ok |= {f"{base}/shards/b.jsonl.gz#b-{i}" for i in range(SHARD_DOCS)}
     ok |= {f"{base}/shards/c.parquet#{i}" for i in range(SHARD_DOCS)}

@@ -182,8 +182,8 @@ def test_a_listing_failing_midway_fails_in_one_line_then_the_rerun_completes(sto
     monkeypatch.setattr(object_listing, "_s3_client", functools.lru_cache(object_listing._s3_client.__wrapped__))
     check = job._listing_with_documents
 
-    def check_then_fail_listings_after_two_more(locations):
-        pages = check(locations)  # the job's look for a first document, before Ray starts
+    def check_then_fail_listings_after_two_more(locations, output):
+        pages = check(locations, output)  # the job's look for a first document, before Ray starts
         proxy.list_limit = proxy.counts["listings"] + 2
         return pages
 

@@ -30,3 +30,12 @@ def test_local_files_are_read_in_order_without_a_pool(tmp_path, monkeypatch):
 def test_paths_and_file_uris_are_local_other_uris_remote():
     assert filesystems._is_remote("s3://bucket/a.txt") and filesystems._is_remote("gs://bucket/a.txt")
     assert not filesystems._is_remote("/data/a.txt") and not filesystems._is_remote("file:///data/a.txt")
+
+
+def test_a_hash_is_part_of_a_key_or_name_and_file_uris_are_percent_decoded(tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # no region lookup: nothing is asked of it
+    assert filesystems.filesystem_for("s3://bucket/dir/Report #5.pdf")[1] == "bucket/dir/Report #5.pdf"
+    assert filesystems.filesystem_for("gs://bucket/C#/notes.txt")[1] == "bucket/C#/notes.txt"
+    (tmp_path / "Report #5 (final).txt").write_text("five")
+    uri = f"file://{tmp_path}/Report%20%235%20(final).txt"
+    assert filesystems.read_many([uri, f"file://{tmp_path}/Report #5 (final).txt"]) == [b"five", b"five"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError
+from pipeline.io import listing
 from pipeline.io.listing import LISTING_SCHEMA, list_inputs, list_pages
 from pipeline.kinds import kind_of
 
@@ -109,6 +110,13 @@ def test_files_named_in_bytes_that_are_not_utf8_are_skipped_and_said(tmp_path, c
     rows, skipped, _ = listed([str(tmp_path)], page_size=1)
     assert [r[0] for r in rows] == [str(tmp_path / "ok.txt")] and skipped == 1
     assert "caf\\xe9.txt': its name is not UTF-8" in caplog.text
+
+
+def test_an_object_key_with_a_question_mark_is_skipped_and_said(caplog):
+    # check_location refuses a URI with a query (a signed URL's credentials): such a key could not be read back.
+    pages = list(listing._paged(iter([("s3://b/a?.txt", 1), ("s3://b/b #1.txt", 2)]), None, 10, None))
+    assert [(p.entries.column("uri").to_pylist(), p.skipped) for p in pages] == [(["s3://b/b #1.txt"], 1)]
+    assert "'s3://b/a?.txt': its key holds a '?'" in caplog.text
 
 
 def test_a_symlink_to_a_directory_above_is_not_followed_and_other_links_are(tmp_path):
