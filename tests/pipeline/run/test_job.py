@@ -225,13 +225,15 @@ def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
 
 def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_local, tmp_path):
     """The listing is recorded under the output (`_inputs/`) as its groups are formed; an unfinished run resumes
-    from that record, so a file added meanwhile does not change its groups; `--overwrite` lists again."""
-    corpus, out = tmp_path / "corpus", tmp_path / "out"
+    from that record, so a file added meanwhile does not change its groups; `--overwrite` lists again. The
+    output lies under its input: its own files (parts, `_inputs/`'s Parquet) are never inputs."""
+    corpus = tmp_path / "corpus"
+    out = corpus / "out"
     shutil.copytree(SAMPLES / "text", corpus)
     cfg = JobConfig(inputs=(str(corpus),), output=str(out), group_size=2)
     run_job(cfg)
     recorded = pq.read_table(out / "_inputs")
-    assert recorded.column("uri").to_pylist() == sorted(str(p) for p in corpus.iterdir())
+    assert recorded.column("uri").to_pylist() == sorted(str(p) for p in corpus.iterdir() if p != out)
     assert recorded.column("group_docs").to_pylist() == [2, 2, 2, 2, 1]
     assert json.loads((out / "_inputs" / "_LISTED.json").read_text())["inputs"] == 5
     before = read_table(str(out))
