@@ -28,11 +28,29 @@ class Tokenizer:
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)
         content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
-        prompt_ids = self._tok.encode(prompt, add_special_tokens=False).ids if prompt else []
-        self.prefix_ids = probe.ids[: content[0]] + prompt_ids
+        self.prefix_ids = probe.ids[: content[0]] + self._prompt_ids(prompt)
         self.suffix_ids = probe.ids[content[-1] + 1 :]
         unk = getattr(self._tok.model, "unk_token", None)
         self.unk_id: int | None = None if unk is None else self._tok.token_to_id(unk)
+
+    def _prompt_ids(self, prompt: str) -> list[int]:
+        """The prompt's tokens as they come before a text in sentence-transformers' `tokenize(prompt + text)`.
+
+        Not always the prompt's own: SentencePiece marks the space before the text's first word on that
+        word ("query: hello" -> ..., ':', '▁hello'), so "query: " alone ends in a '▁' of its own that the
+        whole lacks. A probe word after the prompt shows where the text's tokens begin: as they are alone
+        ("a"), or after a space (" a", a byte-level BPE's 'Ġa'), as a chunk's are inside a document. Where
+        neither ends the whole (a prompt without a trailing space, whose last word the text's first joins),
+        no split is exact, and the prompt's own tokens stand.
+        """
+        if not prompt:
+            return []
+        whole = self._tok.encode(prompt + "a", add_special_tokens=False).ids
+        for text in ("a", " a"):
+            ids = self._tok.encode(text, add_special_tokens=False).ids
+            if whole[-len(ids) :] == ids:
+                return whole[: -len(ids)]
+        return self._tok.encode(prompt, add_special_tokens=False).ids
 
     @property
     def n_special(self) -> int:
