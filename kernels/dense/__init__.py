@@ -1,6 +1,7 @@
 """Dense projections behind one contract: the encoder's matmuls with their bias and activation.
 
     dense(x, w, bias=None, *, contract=1, activation=None, out_dtype=None, impl="auto")
+    choose(w_dtype, out_dtype, impl="auto") -> the implementation `dense` runs (ValueError: one that cannot)
     unavailable(impl) -> why `impl` cannot run in this process, or None
 
     y[..., N...] = activation(x[..., K...] @ w[K..., N...] + bias[N...])
@@ -30,7 +31,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 
 # Imported on first use (PEP 562): `unavailable` is all a job's driver needs, and JAX would cost it
 # seconds of start-up and a hundred MB.
-_LAZY = {"dense": "kernels.dense._dispatch"}
+_LAZY = dict.fromkeys(("choose", "dense"), "kernels.dense._dispatch")
 
 
 def __getattr__(name: str):
@@ -39,4 +40,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ACTIVATIONS", "IMPLS", "dense", "unavailable"]
+__all__ = ["ACTIVATIONS", "IMPLS", "choose", "dense", "unavailable"]

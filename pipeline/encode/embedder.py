@@ -6,6 +6,8 @@ import numpy as np
 
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import Encoder, EncoderConfig
+from pipeline.encode.encoder_config import check_shape
+from pipeline.errors import ConfigError
 from pipeline.text.tokenizer import Tokenizer
 
 # A handful of texts at a time: a call's last batch may shrink to a single row
@@ -30,8 +32,9 @@ class Embedder:
         """`model`: a model directory, URI or hub id, or None for the bundled default.
         Options: see `EncoderConfig` (e.g. `dim=256`, `max_tokens=2048`)."""
         spec = model_dir.resolve(model)
-        encoder = Encoder(spec, EncoderConfig(**encoder_options), tail_halvings=INTERACTIVE_TAIL_HALVINGS)
-        return cls(encoder, Tokenizer(spec.path / "tokenizer.json"))
+        cfg = EncoderConfig(**encoder_options)
+        tokenizer = _fits(Tokenizer(spec.path / "tokenizer.json"), check_shape(spec, cfg)[0], "the special tokens")
+        return cls(Encoder(spec, cfg, tail_halvings=INTERACTIVE_TAIL_HALVINGS), tokenizer)
 
     @property
     def dim(self) -> int:
@@ -56,4 +59,14 @@ class Embedder:
 
     def _tokenizer(self, prompt: str | None) -> Tokenizer:
         text = self.encoder.spec.prompt_text(prompt)
-        return Tokenizer(self.encoder.spec.path / "tokenizer.json", prompt=text) if text else self.tokenizer
+        if not text:
+            return self.tokenizer
+        prompted = Tokenizer(self.encoder.spec.path / "tokenizer.json", prompt=text)
+        return _fits(prompted, self.encoder.window, f"the special tokens and the prompt {text!r}")
+
+
+def _fits(tokenizer: Tokenizer, window: int, what: str) -> Tokenizer:
+    """`tokenizer`, where its tokens around every text leave the window room for one of the text's."""
+    if tokenizer.n_special >= window:
+        raise ConfigError(f"max_tokens {window} leaves no room for text: {what} take {tokenizer.n_special} tokens")
+    return tokenizer

@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import encoders, sharding
+from kernels.attention import IMPLS as ATTENTION_IMPLS
+from kernels.attention import runs_on
 from kernels.compute_dtype import activation_dtype
+from kernels.dense import choose as choose_dense
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import (
@@ -57,6 +60,7 @@ class Encoder:
         rules = cfg.sharding
         self.dtype = compute_dtype(cfg.dtype, devices[0].platform)
         activations = activation_dtype(self.dtype, devices[0].platform)
+        _check_kernels(cfg, devices[0].platform, self.dtype)
 
         params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype), jnp.dtype(activations))
         params["layers"] = encoders.bfloat16_as_bits(params["layers"])  # as forward scans them
@@ -113,6 +117,19 @@ def _head(out_BSD, normalize: bool, dim: int | None):
     and re-normalised (the first `dim` dimensions of a unit vector are not one)."""
     out_BSD = encoders.normalize(out_BSD) if normalize else out_BSD
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
+
+
+def _check_kernels(cfg: EncoderConfig, platform: str, dtype: str) -> None:
+    """ConfigError now, where a named attention or dense kernel cannot run here, not a ValueError at the
+    first call's trace (the job's driver checks attention before it starts: pipeline.encode.placement)."""
+    if not runs_on(cfg.attention, platform):
+        runnable = ", ".join(name for name in ("auto", *ATTENTION_IMPLS) if runs_on(name, platform))
+        raise ConfigError(f"--attention {cfg.attention} cannot run on {platform}; these can: {runnable}")
+    if cfg.dense == "onednn":
+        try:
+            choose_dense(jnp.dtype(dtype), jnp.dtype(dtype), cfg.dense)
+        except ValueError as e:
+            raise ConfigError(f"--dense onednn with --dtype {dtype}: {e}") from None
 
 
 def _embed(

@@ -137,7 +137,7 @@ def compute_dtype(requested: str, platform: str) -> str:
 
 def check_shape(spec: ModelSpec, cfg: EncoderConfig) -> tuple[int, int]:
     """The window and output dimension `cfg` asks of this model, checked against it."""
-    window = cfg.max_tokens or spec.max_seq_length
+    window = spec.window(cfg.max_tokens)
     try:
         encoders.check_window(spec.arch, window)
     except encoders.WindowTooLong as e:

@@ -54,6 +54,11 @@ class ModelSpec:
     def dim(self) -> int:
         return self.arch.hidden_size
 
+    def window(self, max_tokens: int | None) -> int:
+        """Tokens per sequence, special tokens and prompt included: `max_tokens` as asked (0 too, for the
+        checks to refuse), else the model's max_seq_length."""
+        return self.max_seq_length if max_tokens is None else max_tokens
+
     @property
     def fingerprint(self) -> str:
         """Identifies the numbers this model produces: weights, tokenizer and head."""

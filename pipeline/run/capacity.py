@@ -39,7 +39,7 @@ ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be ste
 def plan(cfg: CapacityConfig) -> str:
     """The CPU stages timed on a sample of the input, the encoder's rate given or measured here: the printed plan."""
     spec = model_dir.resolve(cfg.model)
-    chunking = ChunkingConfig(max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, mode=cfg.chunking)
+    chunking = ChunkingConfig(max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, mode=cfg.chunking)
     chunking.validate(Tokenizer(spec.path / "tokenizer.json").n_special, spec.arch.max_tokens)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     sample = sample_cpu_stages(list(cfg.inputs), cfg.sample_docs, cfg.model, chunking, fields, cfg.extract)

@@ -163,7 +163,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     prompt = spec.prompt_text(cfg.prompt)
     tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)
     chunking = ChunkingConfig(
-        max_tokens=cfg.max_tokens or spec.max_seq_length, overlap=cfg.overlap, prompt=prompt, mode=cfg.chunking
+        max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, prompt=prompt, mode=cfg.chunking
     )
     # The stages load the model as resolved here (a hub id pinned to its commit) at the chunks' window.
     encoder = dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens)

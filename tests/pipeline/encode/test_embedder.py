@@ -128,6 +128,25 @@ def test_an_unknown_attention_name_fails_at_load_not_at_trace_time():
         Embedder.load(attention="typo")
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"attention": "cudnn"}, "--attention cudnn cannot run on cpu; these can: auto, reference"),
+        ({"dense": "onednn", "dtype": "float32"}, "--dense onednn with --dtype float32: .*takes bfloat16 weights"),
+        ({"max_tokens": 0}, "max_tokens 0 leaves no room for text"),  # 0 was taken for "the model's window"
+        ({"max_tokens": 2}, "max_tokens 2 leaves no room for text: the special tokens take 2"),
+    ],
+)
+def test_what_cannot_run_here_fails_at_load_as_the_job_refuses_it(options, message):
+    with pytest.raises(ConfigError, match=message):
+        Embedder.load(**options)
+
+
+def test_a_prompt_that_leaves_the_window_no_room_is_refused(embedder):
+    with pytest.raises(ConfigError, match="the special tokens and the prompt 'many words' take 4 tokens"):
+        Embedder.load(max_tokens=4).embed(["text"], prompt="many words")
+
+
 def test_packed_rows_equal_one_sequence_per_row(embedder, reference):
     """Several sequences per row (the default) against length buckets, at the edges of the window too."""
     texts, _ = reference
