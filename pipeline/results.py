@@ -23,8 +23,10 @@ def read_report(output: str) -> dict:
     try:
         with fs.open_input_stream(f"{root}/{SUCCESS_FILE}") as f:
             return json.loads(f.read())
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
+    except ValueError as e:  # written whole by the run (pipeline.output.ledger): what else wrote it?
+        raise InputError(f"{output}/{SUCCESS_FILE} is not a run's report: {e}") from None
 
 
 def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
@@ -43,14 +45,24 @@ def read_errors(output: str) -> pa.Table:
 
 
 def embedding_matrix(table: pa.Table) -> np.ndarray:
-    """The `embedding` column as a float32 array [n, dim], without copying row by row."""
+    """The `embedding` column as a float32 array [n, dim], without copying row by row ([0, 0] for a run that
+    embedded nothing: no part says its dim)."""
     column = table.column("embedding").combine_chunks()
-    return column.values.to_numpy().reshape(len(column), column.type.list_size)
+    dim = getattr(column.type, "list_size", 0)
+    return column.values.to_numpy().reshape(len(column), dim)
 
 
 def nearest(table: pa.Table, query_D: np.ndarray, k: int = 3) -> pa.Table:
-    """The k chunks most cosine-similar to `query_D`, best first, with a `score` column."""
+    """The k chunks most cosine-similar to `query_D` (or a [1, D] query, as `Embedder.embed` returns one), best
+    first, with a `score` column."""
+    if k < 0:
+        raise ValueError(f"k must be at least 0, got {k}")
+    if not table.num_rows:
+        return table.append_column("score", pa.array([], pa.float32()))
+    query_D = np.asarray(query_D, np.float32).reshape(-1)
     emb_ND = embedding_matrix(table)
+    if query_D.shape[0] != emb_ND.shape[1]:
+        raise ValueError(f"the query has {query_D.shape[0]} dimensions, the embeddings {emb_ND.shape[1]}")
     norms = np.linalg.norm(emb_ND, axis=1) * max(float(np.linalg.norm(query_D)), 1e-12)
     scores_N = emb_ND @ query_D / np.maximum(norms, 1e-12)
     top = np.argsort(-scores_N, kind="stable")[:k]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import shutil
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -17,6 +18,7 @@ import ray
 
 from support import REPO, SAMPLES, execute_notebook, notebook_outputs_text
 from pipeline import JobConfig, run_job
+from pipeline.encode.encoder_config import EncoderConfig
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 # What notebooks may import from the project: its public API.
@@ -24,31 +26,42 @@ PUBLIC_MODULES = {"pipeline", "pipeline.results"}
 
 
 @pytest.fixture(scope="module")
-def fresh_output(tmp_path_factory):
+def outputs(tmp_path_factory) -> dict[str, Path]:
+    """"fresh": a few samples, one of them a locked PDF. "one chunk": one text at --dim 64, whose name holds
+    "$...$" (matplotlib's math mode, were it drawn unescaped); a map needs two chunks."""
     corpus = tmp_path_factory.mktemp("corpus")
     shutil.copytree(SAMPLES / "text", corpus / "text")
     for pdf in ("pdflatex-4-pages.pdf", "libreoffice-writer-password.pdf"):
         shutil.copy(SAMPLES / "pdf" / pdf, corpus / pdf)
-    out = tmp_path_factory.mktemp("out") / "run"
+    single = tmp_path_factory.mktemp("single")
+    (single / "budget $^$ draft.txt").write_text("Plants turn sunlight into sugar by photosynthesis.")
+    out = tmp_path_factory.mktemp("out")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        report = run_job(JobConfig(inputs=(str(corpus),), output=str(out)))
+        report = run_job(JobConfig(inputs=(str(corpus),), output=str(out / "fresh")))
+        one = run_job(JobConfig(inputs=(str(single),), output=str(out / "one"), encoder=EncoderConfig(dim=64)))
     finally:
         ray.shutdown()
-    assert (report.docs_ok, report.docs_failed) == (6, 1)
-    return out
+    assert (report.docs_ok, report.docs_failed) == (6, 1) and one.chunks == 1
+    return {"fresh": out / "fresh", "one chunk": out / "one"}
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS, "notebooks/ holds no notebook"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_against_a_fresh_output(path, fresh_output, kernel_env, monkeypatch):
-    monkeypatch.setenv("DOCEMBED_OUTPUT", str(fresh_output))
+def run_notebook(path: Path, output: Path, monkeypatch) -> nbformat.NotebookNode:
+    monkeypatch.setenv("DOCEMBED_OUTPUT", str(output))
     nb = execute_notebook(path)
     errors = [o for cell in nb.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors
+    return nb
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_against_a_fresh_output(path, outputs, kernel_env, monkeypatch):
+    fresh_output = outputs["fresh"]
+    nb = run_notebook(path, fresh_output, monkeypatch)
     if path.name == "explore_embeddings.ipynb":
         text = notebook_outputs_text(nb)
         assert str(fresh_output) in text, "the notebook opened another output than DOCEMBED_OUTPUT"
@@ -60,6 +73,11 @@ def test_notebook_runs_against_a_fresh_output(path, fresh_output, kernel_env, mo
         assert min((hits.find(n), n) for n in names if n in hits)[1] == "photosynthesis.md", hits[:2000]
         images = [o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
         assert len(images) == 1, "the 2-D projection plot was not drawn"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_against_one_chunk_at_a_smaller_dim(path, outputs, kernel_env, monkeypatch):
+    run_notebook(path, outputs["one chunk"], monkeypatch)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -1,0 +1,60 @@
+"""Reading an output back without Ray: the report, tables of a run that embedded nothing, and `nearest`'s edges.
+
+(Finished outputs of real runs are read back in tests/pipeline/run/test_job.py and test_output_consumers.py.)
+"""
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.results import embedding_matrix, nearest, read_errors, read_report, read_table
+from pipeline.schemas import EMBEDDING_COLUMNS, embedded_schema
+
+
+def chunks(vectors_ND: np.ndarray) -> pa.Table:
+    n, dim = vectors_ND.shape
+    schema = embedded_schema(dim)
+    rows = {name: [None] * n for name in EMBEDDING_COLUMNS}
+    rows.update(doc_id=[f"d{i}" for i in range(n)], chunk_index=[0] * n, embedding=list(vectors_ND))
+    return pa.Table.from_pydict(rows, schema=pa.schema([schema.field(name) for name in EMBEDDING_COLUMNS]))
+
+
+def test_nearest_takes_a_row_or_a_vector_and_refuses_what_cannot_be_compared():
+    table = chunks(np.eye(4, dtype=np.float32)[:3])
+    query = np.array([0.1, 1.0, 0.0, 0.0], np.float32)
+    assert nearest(table, query, k=2).column("doc_id").to_pylist() == ["d1", "d0"]
+    assert nearest(table, query[None, :], k=1).column("doc_id").to_pylist() == ["d1"]  # as embed([q]) returns it
+    assert nearest(table, query, k=10).num_rows == 3 and nearest(table, query, k=0).num_rows == 0
+    with pytest.raises(ValueError, match="k must be at least 0"):
+        nearest(table, query, k=-1)
+    with pytest.raises(ValueError, match="the query has 3 dimensions, the embeddings 4"):
+        nearest(table, query[:3])
+
+
+def finished_output(root, success: str = '{"counts": {"docs_failed": 2}}'):
+    """An output as a run whose every document failed leaves it: a report, errors, no embeddings part."""
+    for name in ("embeddings", "errors"):
+        (root / name).mkdir(parents=True)
+    (root / "_SUCCESS").write_text(success)
+    return str(root)
+
+
+def test_a_run_that_embedded_nothing_reads_as_empty_tables_with_their_columns(tmp_path):
+    output = finished_output(tmp_path / "out")
+    table = read_table(output)
+    assert table.num_rows == 0 and table.column_names == EMBEDDING_COLUMNS
+    assert embedding_matrix(table).shape == (0, 0)
+    assert nearest(table, np.ones(384, np.float32)).num_rows == 0
+    assert read_errors(output).num_rows == 0 and "error_type" in read_errors(output).column_names
+
+
+def test_what_is_not_a_finished_output_is_one_input_error(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    for output, message in [
+        (tmp_path / "a-file", "holds no finished run"),
+        (tmp_path / "missing", "holds no finished run"),
+        (finished_output(tmp_path / "empty-report", success=""), "is not a run's report"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            read_report(str(output))
