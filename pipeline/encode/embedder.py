@@ -53,7 +53,11 @@ class Embedder:
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of strings, not a single string")
-        ids = self._tokenizer(prompt).encode_truncated(list(texts), self.encoder.window)
+        texts = list(texts)
+        odd = next((t for t in texts if not isinstance(t, str)), "")
+        if not isinstance(odd, str):
+            raise TypeError(f"embed() takes strings, not {type(odd).__name__} ({odd!r:.40})")
+        ids = self._tokenizer(prompt).encode_truncated(texts, self.encoder.window)
         embeddings, _ = self.encoder.encode_ids(ids)
         return embeddings
 

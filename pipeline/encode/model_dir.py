@@ -198,6 +198,8 @@ def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
 def resolve(model: str | Path | None = None) -> ModelSpec:
     """Reads and checks a model directory (the bundled default when `model` is None; a URI is fetched first)."""
     is_default = model is None
+    if not is_default and not str(model).strip():
+        raise ModelError("the model is named by an empty string; leave it out for the default model")
     path, source = locate(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} does not exist")

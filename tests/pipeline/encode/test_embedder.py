@@ -105,8 +105,11 @@ def test_long_text_is_truncated_to_the_window_like_sentence_transformers(embedde
 
 def test_empty_list_and_single_string(embedder):
     assert embedder.embed([]).shape == (0, 384)
+    assert embedder.embed(t for t in ("a", "b")).shape == (2, 384)
     with pytest.raises(TypeError):
         embedder.embed("not a list")
+    with pytest.raises(TypeError, match="embed\\(\\) takes strings, not NoneType"):
+        embedder.embed(["a", None])
 
 
 @pytest.mark.parametrize("impl", [i for i in available_impls() if i != "reference"])

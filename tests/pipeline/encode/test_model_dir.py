@@ -157,6 +157,8 @@ def test_corrupt_weights_fail_at_load(tmp_path):
 def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
     with pytest.raises(ModelError, match="does not exist"):
         model_dir.resolve(str(tmp_path / "nope"))
+    with pytest.raises(ModelError, match="an empty string"):  # it named the current directory
+        model_dir.resolve("")
     tampered = copy_model(tmp_path)
     (tampered / "model.safetensors").write_bytes(b"tampered")
     monkeypatch.setattr(model_location, "default_model_dir", lambda: tampered)
