@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder_config import EncoderConfig
@@ -26,6 +27,10 @@ class Resources:
 
     encode_cpus: float = 1.0  # per CPU encoder actor
     encode_actors: int | None = None  # CPU encoder actors; None: one per node
+
+    def __post_init__(self):
+        if self.encode_actors is not None and self.encode_actors < 1:
+            raise ConfigError(f"--encoders must be at least 1, got {self.encode_actors}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +91,8 @@ class CapacityConfig:
             raise ConfigError("at least one --input is required")
         if self.sample_docs < 1:
             raise ConfigError(f"--sample-docs must be at least 1, got {self.sample_docs}")
-        if self.encoder_tokens_per_s is not None and self.encoder_tokens_per_s <= 0:
+        # `not 0 < x < inf` refuses nan too, which every comparison calls false.
+        if self.encoder_tokens_per_s is not None and not 0 < self.encoder_tokens_per_s < math.inf:
             raise ConfigError(f"--encoder-tokens-per-s must be positive, got {self.encoder_tokens_per_s:g}")
-        if self.headroom <= 0:
+        if not 0 < self.headroom < math.inf:
             raise ConfigError(f"--headroom must be positive, got {self.headroom:g}")

@@ -286,7 +286,8 @@ def _check_value(o: Option, value: Any, where: str) -> Any:
     items = value if o.repeated and isinstance(value, list) else [value]
     for item in items:
         ok = isinstance(item, o.type) and not (o.type is int and isinstance(item, bool))
-        if not ok and item is not None:
+        # null stands for "not given" only where the option has no default of its own (--max-tokens: the model's).
+        if not ok and (item is not None or o.repeated or o.default is not None):
             raise ConfigError(
                 f"{where}: {o.key} must be {'a list of ' if o.repeated else ''}{o.type.__name__}, got {item!r}"
             )
@@ -302,6 +303,8 @@ def read_config_file(path: str, options: tuple[Option, ...]) -> dict[str, Any]:
             raw = yaml.safe_load(f) or {}
     except OSError as e:
         raise ConfigError(f"cannot read --config {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--config {path} is not UTF-8 text: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"--config {path} is not valid YAML: {e}") from None
     if not isinstance(raw, dict):

@@ -40,6 +40,10 @@ STARTUP_TIMEOUT_S = 60  # a child that cannot import the extractors in this long
 PARENT_POLL_S = 1.0  # how often the child checks that its parent is still alive
 
 
+MAX_TIMEOUT_S = 86_400  # a day for one document
+MAX_MEMORY_MIB = 1 << 20  # 1 TiB of address space for one document
+
+
 @dataclasses.dataclass(frozen=True)
 class ExtractConfig:
     """Which PDF extractor runs, and the bounds each document gets.
@@ -59,10 +63,11 @@ class ExtractConfig:
             raise ConfigError(
                 f"--pdf-extractor must be one of auto, {', '.join(PDF_EXTRACTORS)}, got {self.pdf_extractor!r}"
             )
-        if self.timeout_s < 1 or self.memory_mib < 64:
+        # Upper bounds too: past them the OS refuses the timer or the limit, and every PDF would fail.
+        if not (1 <= self.timeout_s <= MAX_TIMEOUT_S and 64 <= self.memory_mib <= MAX_MEMORY_MIB):
             raise ConfigError(
-                "--extract-timeout must be at least 1 s and --extract-memory at least 64 MiB, "
-                f"got {self.timeout_s} and {self.memory_mib}"
+                f"--extract-timeout must be in [1, {MAX_TIMEOUT_S}] s and --extract-memory in [64, {MAX_MEMORY_MIB}]"
+                f" MiB, got {self.timeout_s} and {self.memory_mib}"
             )
 
 

@@ -58,7 +58,7 @@ class InputFile:
 
 
 def list_pages(
-    locations: list[str], *, start_after: str | None = None, page_size: int = 1000, leave_out: str | None = None
+    locations: list[str], *, start_after: str | None = None, page_size: int = 1000, leave_out: tuple[str, ...] = ()
 ) -> Iterator[Page]:
     """Pages of at most `page_size` readable inputs under `locations`, in strictly ascending URI order.
 
@@ -68,14 +68,14 @@ def list_pages(
     not read, local files whose name is not UTF-8 (which no doc_id can hold) and
     objects whose key holds a "?" (which no URI docembed reads may hold) are counted
     in `Page.skipped` (a page may hold only those). Only URIs after
-    `start_after` come; none under the location `leave_out` (the job's output,
-    which may lie under an input). A storage failure, even pages in, is `StorageError`.
+    `start_after` come; none that starts with one of `leave_out` (the job's own
+    files, `pipeline.output.layout.own_files`, where the output lies under an input).
+    A storage failure, even pages in, is `StorageError`.
     """
     if page_size < 1:
         raise ValueError(f"page_size must be at least 1, not {page_size}")
     streams = [_location(location, start_after, page_size) for location in locations]
-    left_out = None if leave_out is None else _tree(leave_out)
-    return _paged(heapq.merge(*streams), start_after, page_size, left_out)
+    return _paged(heapq.merge(*streams), start_after, page_size, leave_out)
 
 
 def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
@@ -92,14 +92,14 @@ def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
 
 
 def _paged(
-    entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int, left_out: str | None
+    entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int, left_out: tuple[str, ...]
 ) -> Iterator[Page]:
     uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
     for uri, size in entries:
         if last is not None and uri <= last:
             continue  # the same file from another location, or at or before start_after
         last = uri
-        if left_out is not None and uri.startswith(left_out):
+        if uri.startswith(left_out):
             continue
         unnamed = _unnamed(uri)
         kind = None if unnamed else kind_of(uri)
@@ -129,6 +129,8 @@ def _unnamed(uri: str) -> str | None:
 
 def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int]]:
     """(uri, size) of every file under `location`, ascending; checks now that it exists, lists when iterated."""
+    if not str(location).strip():
+        raise InputError("an input is an empty string (which would name the current directory)")
     check_location(location)
     fs, path = filesystem_for(location)
     with failing_at(f"input {location}"):
@@ -142,8 +144,9 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
     return _failing_at(location, _entries(location, fs, path, start_after, page_size))
 
 
-def _tree(location: str) -> str:
-    """What the URI of every file under the directory `location` starts with."""
+def tree(location: str) -> str:
+    """What the URI of every file under the directory `location` starts with: the same for `dir`, `./dir/`
+    and `file:///abs/dir`."""
     _, path = filesystem_for(location)
     return uri_of(location, f"{path.rstrip('/')}/", path)
 
@@ -158,7 +161,7 @@ def _entries(
 ) -> Iterator[tuple[str, int]]:
     """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI."""
     scheme = scheme_of(location)
-    base = _tree(location)
+    base = tree(location)
     if wholly_before(base, start_after):
         return
     within = start_after if start_after and start_after.startswith(base) else None

@@ -32,6 +32,7 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str, fields) -> dict:
 
 def mismatch(output: str, recorded: dict, manifest: dict) -> str:
     keys = (
+        "inputs",
         "model",
         "model_fingerprint",
         "max_tokens",
@@ -50,5 +51,5 @@ def mismatch(output: str, recorded: dict, manifest: dict) -> str:
     return (
         f"output {redact(output)} holds an unfinished run made with other settings "
         f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); "
-        "resume it with the same model, chunking, prompt, dim and fields, or start afresh with --overwrite"
+        "resume it with the same inputs, model, chunking, prompt, dim and fields, or start afresh with --overwrite"
     )

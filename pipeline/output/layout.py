@@ -30,6 +30,12 @@ OURS = (EMBEDDINGS_DIR, ERRORS_DIR, GROUPS_DIR, INPUTS_DIR, STAGING_DIR)
 FORMAT = 2  # of this layout; part of every group id (2: the recorded listing, markers without members)
 
 
+def own_files(root: str) -> tuple[str, ...]:
+    """What a run writes under the output whose files' URIs start with `root` (ending in "/"), as URI
+    prefixes: never inputs, even when the output lies under an input or is one."""
+    return (*(f"{root}{name}/" for name in OURS), f"{root}{MANIFEST_FILE}", f"{root}{SUCCESS_FILE}")
+
+
 def part_name(group: str, table: pa.Table) -> str:
     """`part-<group>-<digest of the rows' (doc_id, chunk_index)>.parquet`: the same rows, the same name."""
     return f"part-{group}-{rows_digest(table)}.parquet"

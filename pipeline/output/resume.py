@@ -1,8 +1,9 @@
 """Opening an output for a run: keep a finished one, resume an unfinished one, or start afresh.
 
 A rerun (`open_output`): a finished output (`_SUCCESS`) is left alone, or with
-`--overwrite` cleared. Otherwise the recorded fingerprint must equal this run's,
-or the run is refused. The recorded listing (`_inputs/`, `pipeline.output.inputs`)
+`--overwrite` cleared. Otherwise the recorded fingerprint and inputs must equal
+this run's, or the run is refused; so is an output whose run folders hold files
+without a fingerprint (someone else's). The recorded listing (`_inputs/`, `pipeline.output.inputs`)
 names the run's groups: markers of those groups whose parts all exist are kept
 and those groups skipped; every other marker, every part that no kept marker
 lists, and `_staging/` are deleted; the other groups run again from scratch.
@@ -19,6 +20,7 @@ from pipeline.errors import OutputError
 from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
+from pipeline.io.uris import redact
 from pipeline.output.files import delete_parts, dumps, list_parts, parallel, read_json
 from pipeline.output.fingerprint import mismatch
 from pipeline.output.inputs import Record, read_record
@@ -47,11 +49,12 @@ def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | Non
             _clear(fs, root)
         recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")
         if recorded is None:
-            _clear(fs, root)  # leftovers without a fingerprint cannot be trusted
+            _refuse_others(output, fs, root)
+            _clear(fs, root)  # empty folders a run made before its fingerprint
             for name in ("", *OURS):
                 storage.makedirs(fs, f"{root}/{name}".rstrip("/"))
             storage.write_file(fs, f"{root}/{MANIFEST_FILE}", dumps(manifest), f"{root}/{STAGING_DIR}")
-        elif recorded.get("fingerprint") != manifest["fingerprint"]:
+        elif recorded.get("fingerprint") != manifest["fingerprint"] or recorded.get("inputs") != manifest.get("inputs"):
             raise OutputError(mismatch(output, recorded, manifest))
         return _reconcile(fs, root, read_record(fs, root))
 
@@ -75,6 +78,17 @@ def _reconcile(fs: pafs.FileSystem, root: str, record: Record) -> Resume:
     storage.delete_tree(fs, f"{root}/{STAGING_DIR}")
     storage.makedirs(fs, f"{root}/{STAGING_DIR}")
     return Resume(done=done, record=record, dropped_groups=len(dropped), dropped_parts=len(orphans))
+
+
+def _refuse_others(output: str, fs: pafs.FileSystem, root: str) -> None:
+    """OutputError where the folders a run writes hold files but no fingerprint says a run wrote them: a run
+    writes its fingerprint before anything else, so they are someone else's, and a run would delete them."""
+    held = [f"{name}/" for name in OURS if storage.list_files(fs, f"{root}/{name}")]
+    if held:
+        raise OutputError(
+            f"output {redact(output)} holds {', '.join(held)} but no {MANIFEST_FILE}: not a docembed output, whose "
+            "files a run there would delete; choose another output, or pass --overwrite to clear those folders"
+        )
 
 
 def _clear(fs: pafs.FileSystem, root: str) -> None:

@@ -43,6 +43,8 @@ def plan(cfg: CapacityConfig) -> str:
     chunking.validate(Tokenizer(spec.path / "tokenizer.json").n_special, spec.arch.max_tokens)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     sample = sample_cpu_stages(list(cfg.inputs), cfg.sample_docs, cfg.model, chunking, fields, cfg.extract)
+    if not sample.windows:  # no rate of tokens per core, whatever the encoder's
+        raise InputError("the sample yielded no text to encode: every sampled document is an error row")
     if cfg.encoder_tokens_per_s:
         encoder = EncoderRate(cfg.encoder_tokens_per_s, "given with --encoder-tokens-per-s")
     else:
@@ -115,8 +117,6 @@ def sample_cpu_stages(
 
 def measure_encoder(model: str | None, cfg: EncoderConfig, windows: list[list[int]]) -> EncoderRate:
     """Tokens per second per device of the encoder on this process's devices, compiled before timing."""
-    if not windows:
-        raise InputError("the sample yielded no text to encode: every sampled document is an error row")
     encoder = Encoder(model_dir.resolve(model), cfg)
     encoder.encode_ids(windows)
     tokens, started = 0, time.perf_counter()

@@ -30,17 +30,17 @@ from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
-from pipeline.errors import InputError, StorageError
+from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
-from pipeline.io.listing import Page, list_pages
+from pipeline.io.listing import Page, list_pages, tree
 from pipeline.io.shards import ShardFields
-from pipeline.io.uris import redact
+from pipeline.io.uris import is_uri, redact
 from pipeline.output import sink
 from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import GroupCutter
-from pipeline.output.layout import FORMAT
+from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
@@ -170,10 +170,13 @@ def run(cfg: JobConfig) -> RunReport | None:
     cfg = dataclasses.replace(cfg, model=spec.source, encoder=encoder)
     check_shape(spec, cfg.encoder)
     model_dir.check_weights(spec)
+    for flag, directory in (("--compile-cache", cfg.compile_cache), ("--profile", cfg.profile)):
+        _writable_directory(flag, directory)
     chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
-    listing = _listing_with_documents(cfg.inputs, cfg.output)
+    own = own_files(tree(cfg.output))
+    listing = _listing_with_documents(cfg.inputs, own)
     sink.check_writable(cfg.output)
 
     owns_ray = _init_ray(cfg.verbosity)
@@ -188,13 +191,24 @@ def run(cfg: JobConfig) -> RunReport | None:
             raise
 
 
-def _listing_with_documents(locations: tuple[str, ...], output: str) -> Iterator[Page]:
+def _writable_directory(flag: str, directory: str | None) -> None:
+    """ConfigError now where a local directory the encoder actors write to cannot be made (a file is in the
+    way): they would fail after the output was begun. Cluster nodes have the same paths as the driver's."""
+    if directory is None or is_uri(directory):  # the profiler writes gs:// too
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"{flag} {directory}: {e.strerror or e}") from None
+
+
+def _listing_with_documents(locations: tuple[str, ...], own: tuple[str, ...]) -> Iterator[Page]:
     """The listing, once it has found a document: InputError before anything is written or started unless it does.
 
     A fresh run records this same listing, so the pages read to find the first document are not asked for twice.
-    The output's own files are never inputs, wherever it lies.
+    The output's own files (`own`) are never inputs, wherever it lies.
     """
-    pages = list_pages(list(locations), leave_out=output)
+    pages = list_pages(list(locations), leave_out=own)
     seen, skipped = [], 0
     for page in pages:
         seen.append(page)
@@ -224,7 +238,10 @@ def _run_on_ray(
     cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))
     # Only now, with every argument checked, is anything written.
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
-    manifest = fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor, fields)
+    # The inputs make no number of the output, so they are not in its fingerprint; but a rerun over other inputs
+    # must not resume this output, whose recorded listing it would finish instead.
+    inputs = sorted({tree(location) for location in cfg.inputs})
+    manifest = {**fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor, fields), "inputs": inputs}
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
     state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
     if state is None:
@@ -245,7 +262,7 @@ def _run_on_ray(
     elif record.last_uri is None:
         pages = listing
     else:  # the listing goes on after the part a stopped run recorded
-        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=cfg.output)
+        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=own_files(tree(cfg.output)))
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
     coordinator = _on_this_node(RunCoordinator, name=coordinator_name)
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)

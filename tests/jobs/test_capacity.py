@@ -57,6 +57,12 @@ def test_command_line(tmp_path):
     assert re.search(r"with 1.25x headroom: \d+\n", ok.stdout)
     bad = subprocess.run(CAPACITY + ["--input", str(tmp_path)], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert bad.returncode == 2 and bad.stderr.startswith("docembed: error: no documents")
+    # Documents, but no text among them: no rate per core to divide by, whatever the encoder's.
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.7 not really")
+    argv = ["--input", str(tmp_path), "--encoder-tokens-per-s", "5000"]
+    none = subprocess.run(CAPACITY + argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert none.returncode == 2 and none.stderr.startswith("docembed: error: the sample yielded no text"), none
 
 
 def test_the_capacity_planner_runs_without_ray():

@@ -74,6 +74,11 @@ def not_docembeds(lines: list[str]) -> list[str]:
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--batch-size", "0"], "batch size must be at least 1"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--attention", "magic"], "unknown attention"),
         (["--input", "{tmp}", "--output", "{tmp}/out"], "no documents"),
+        (["--input", "", "--output", "{tmp}/out"], "an input is an empty string"),
+        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--encoders", "-1"], "--encoders must be at least 1"),
+        # The encoder actors would have failed on these after the output was begun.
+        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--compile-cache", "{blocker}"], "--compile-cache"),
+        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--profile", "{blocker}/sub"], "Not a directory"),
     ],
 )
 def test_user_errors_are_one_line(tmp_path, not_a_dir, args, message):

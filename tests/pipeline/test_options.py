@@ -62,7 +62,12 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
         ("input: a\noutput: o\nchunking: sentences\n", "chunking must be one of boundaries, window"),
         ("input: a\noutput: o\nmesh: data=two\n", "mesh must look like"),
         ("input: a\noutput: o\npdf-extractor: mupdf\n", "pdf_extractor must be one of auto, pypdf, pdfium"),
-        ("input: a\noutput: o\nextract-timeout: 0\n", "--extract-timeout must be at least 1 s"),
+        ("input: a\noutput: o\nextract-timeout: 0\n", "--extract-timeout must be in \\[1, 86400\\] s"),
+        ("input: a\noutput: o\nextract-memory: 10000000000000\n", "--extract-memory in \\[64, 1048576\\] MiB"),
+        ("input: a\noutput: o\nencoders: -1\n", "--encoders must be at least 1, got -1"),
+        # null is "not given" only where an option has no default of its own (max-tokens: the model's).
+        ("input: a\noutput: o\ngroup-size: null\n", "group_size must be int, got None"),
+        ("input: [null]\noutput: o\n", "input must be a list of str, got None"),
         ("- just\n- a list\n", "must hold a mapping"),
         ("input: [a\n", "not valid YAML"),
         ("output: o\n", "--input is required"),
@@ -76,6 +81,10 @@ def test_bad_config_files_are_refused_clearly(tmp_path, text, message):
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read --config"):
         parse_job_args(["--config", str(tmp_path / "nope.yaml")])
+    (tmp_path / "utf16.yaml").write_text("input: a\noutput: o\n", encoding="utf-16")
+    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+        parse_job_args(["--config", str(tmp_path / "utf16.yaml")])
+    assert parse_job_args(["--config", write(tmp_path, "input: a\noutput: o\nmax-tokens: null\n")]).max_tokens is None
 
 
 class Reads(dict):
@@ -114,6 +123,8 @@ def test_every_command_in_the_table_is_a_docembed_command():
         (["--sample-docs", "0"], "--sample-docs must be at least 1, got 0"),
         (["--encoder-tokens-per-s", "0"], "--encoder-tokens-per-s must be positive, got 0"),
         (["--headroom", "-1"], "--headroom must be positive, got -1"),
+        (["--headroom", "nan"], "--headroom must be positive, got nan"),
+        (["--encoder-tokens-per-s", "inf"], "--encoder-tokens-per-s must be positive, got inf"),
     ],
 )
 def test_the_capacity_planners_own_options_are_checked(argv, message):

@@ -10,8 +10,9 @@ import pytest
 
 from pipeline.errors import InputError
 from pipeline.io import listing
-from pipeline.io.listing import LISTING_SCHEMA, list_inputs, list_pages
+from pipeline.io.listing import LISTING_SCHEMA, list_inputs, list_pages, tree
 from pipeline.kinds import kind_of
+from pipeline.output.layout import own_files
 
 # Names that sort differently as paths than as a tree would: "-" and "." before "/", "0" after it; non-ASCII last.
 NAMES = [
@@ -114,7 +115,7 @@ def test_files_named_in_bytes_that_are_not_utf8_are_skipped_and_said(tmp_path, c
 
 def test_an_object_key_with_a_question_mark_is_skipped_and_said(caplog):
     # check_location refuses a URI with a query (a signed URL's credentials): such a key could not be read back.
-    pages = list(listing._paged(iter([("s3://b/a?.txt", 1), ("s3://b/b #1.txt", 2)]), None, 10, None))
+    pages = list(listing._paged(iter([("s3://b/a?.txt", 1), ("s3://b/b #1.txt", 2)]), None, 10, ()))
     assert [(p.entries.column("uri").to_pylist(), p.skipped) for p in pages] == [(["s3://b/b #1.txt"], 1)]
     assert "'s3://b/a?.txt': its key holds a '?'" in caplog.text
 
@@ -134,19 +135,23 @@ def test_a_symlink_to_a_directory_above_is_not_followed_and_other_links_are(tmp_
     ]
 
 
-def test_the_output_under_an_input_is_left_out_and_a_special_file_is_no_input(tmp_path):
+def test_the_outputs_own_files_are_left_out_and_a_special_file_or_no_name_is_no_input(tmp_path):
     root = make_tree(tmp_path / "tree")
     (root / "out" / "embeddings").mkdir(parents=True)
     (root / "out" / "embeddings" / "part-1.parquet").write_bytes(b"x")
     (root / "out" / "_SUCCESS").write_text("{}")
     (root / "outside.txt").write_text("x")
-    rows, skipped, _ = listed([str(root)], leave_out=f"file://{root}/out/")
+    (root / "out" / "notes.txt").write_text("x")  # the user's own, beside the output's
+    rows, skipped, _ = listed([str(root)], leave_out=own_files(tree(f"file://{root}/out")))
     want, want_skipped = expected(root)
-    assert [r[0] for r in rows] == [r[0] for r in want if "/out/" not in r[0]] and skipped == want_skipped - 1
+    assert [r[0] for r in rows] == [r[0] for r in want if "/out/" not in r[0] or "notes" in r[0]]
+    assert skipped == want_skipped - 1  # _SUCCESS
     assert str(root / "outside.txt") in [r[0] for r in rows]  # `out` is a prefix of its name, not its directory
     os.mkfifo(tmp_path / "pipe.txt")
     with pytest.raises(InputError, match="pipe.txt is neither a file nor a directory"):
         list_pages([str(tmp_path / "pipe.txt")])
+    with pytest.raises(InputError, match="an input is an empty string"):
+        list_pages([str(root), ""])
 
 
 def test_a_directory_of_skipped_files_is_one_page_of_counts(tmp_path):

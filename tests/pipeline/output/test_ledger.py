@@ -90,6 +90,7 @@ MANIFEST = {
     "max_tokens": 10,
     "overlap": 2,
     "dtype": "float32",
+    "inputs": ["/d/"],
 }
 
 
@@ -162,6 +163,17 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
     ]
 
 
+def test_an_output_whose_run_folders_hold_files_but_no_fingerprint_is_refused_untouched(tmp_path):
+    # Someone's own folder named embeddings/: without a fingerprint no run wrote it, and a run would clear it.
+    (tmp_path / "out" / "embeddings").mkdir(parents=True)
+    (tmp_path / "out" / "embeddings" / "my_notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match="holds embeddings/ but no _docembed.json: not a docembed output"):
+        resume.open_output(str(tmp_path / "out"), overwrite=False, manifest=MANIFEST)
+    assert (tmp_path / "out" / "embeddings" / "my_notes.txt").read_text() == "mine"
+    (tmp_path / "empty" / "_groups").mkdir(parents=True)  # what a run leaves that stopped before its fingerprint
+    assert resume.open_output(str(tmp_path / "empty"), overwrite=False, manifest=MANIFEST).done == {}
+
+
 def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     output = str(tmp_path / "out")
     resume.open_output(output, overwrite=False, manifest=MANIFEST)
@@ -190,6 +202,9 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
 
     with pytest.raises(OutputError, match="overlap 2 there, 4 now.*--overwrite"):
         resume.open_output(output, overwrite=False, manifest={**MANIFEST, "fingerprint": "g" * 16, "overlap": 4})
+    # Other inputs make the same numbers, but resuming would finish this output's recorded listing instead.
+    with pytest.raises(OutputError, match=r"inputs \['/d/'\] there, \['/e/'\] now.*the same inputs"):
+        resume.open_output(output, overwrite=False, manifest={**MANIFEST, "inputs": ["/e/"]})
     state = resume.open_output(output, overwrite=True, manifest={**MANIFEST, "fingerprint": "g" * 16})
     assert state.done == {} and state.record.parts == 0 and not state.record.groups  # the listing is redone too
     assert json.loads((tmp_path / "out" / "_docembed.json").read_text())["fingerprint"] == "g" * 16

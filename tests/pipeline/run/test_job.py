@@ -18,7 +18,7 @@ from pipeline import Embedder, JobConfig, run_job
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import place_encoders
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, OutputError
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 from pipeline.run.job import ENCODE_CALL_BATCHES, encode_call_rows
@@ -243,7 +243,10 @@ def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_l
     for marker in sorted((out / "_groups").iterdir())[1:]:
         marker.unlink()
     (corpus / "added.txt").write_text("A note added while the run was stopped.")
-    report = run_job(cfg)
+    # Other inputs would make it finish this listing and record theirs: refused. The same, spelt otherwise, resume.
+    with pytest.raises(OutputError, match=r"inputs \[.*corpus/'\] there, \[.*text/'\] now"):
+        run_job(dataclasses.replace(cfg, inputs=(str(SAMPLES / "text"),)))
+    report = run_job(dataclasses.replace(cfg, inputs=(f"file://{corpus}/",)))
     success = read_report(str(out))
     assert success["output"]["groups_resumed"] == 1 and success["output"]["groups"] == 3
     assert report.inputs == success["counts"]["inputs"] == 5
