@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from importlib import metadata
+
+from pipeline.run.shutdown import Interrupted, stop
 
 # Each command, what it does: its code is pipeline.cli.<command>.main(argv, prog).
 COMMANDS = {
@@ -56,4 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     command = parser.parse_args(argv[:1]).command
-    return importlib.import_module(f"pipeline.cli.{command}").main(argv[1:], prog=f"docembed {command}")
+    # A stop while the command starts (its imports, Ray's) is one line too, as one during the run is.
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        return importlib.import_module(f"pipeline.cli.{command}").main(argv[1:], prog=f"docembed {command}")
+    except KeyboardInterrupt:
+        return stopped(Interrupted(signal.SIGINT))
+    except Interrupted as e:
+        return stopped(e)
+
+
+def stopped(e: Interrupted) -> int:
+    """Says in one line that the command was stopped; the exit code a shell gives for the signal."""
+    print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
+    return e.exit_code

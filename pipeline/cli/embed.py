@@ -17,10 +17,10 @@ from pipeline.run.allocator import arrow_on_malloc
 arrow_on_malloc()
 
 import logging  # noqa: E402
-import sys  # noqa: E402
+import signal  # noqa: E402
 
 from pipeline import run_job  # noqa: E402
-from pipeline.cli import error_line  # noqa: E402
+from pipeline.cli import error_line, stopped  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.io.filesystems import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
@@ -36,9 +36,10 @@ def main(argv: list[str] | None = None, prog: str = "jobs/embed.py") -> int:
         report = run_job(cfg)
     except UserError as e:
         return error_line(str(e))
+    except KeyboardInterrupt:  # before the run's own handlers (pipeline.run.shutdown) are in place
+        return stopped(Interrupted(signal.SIGINT))
     except Interrupted as e:
-        print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
-        return e.exit_code
+        return stopped(e)
     if report is None:
         print(f"docembed: {redact(cfg.output)} already holds a finished run; nothing to do (--overwrite to redo it)")
     else:

@@ -39,6 +39,13 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+def stop(signum, frame) -> None:
+    """A signal handler: raises Interrupted, and ignores further signals."""
+    for s in SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
     """SIGINT and SIGTERM raise Interrupted in the main thread while the block runs.
@@ -50,13 +57,7 @@ def interruptible() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def interrupt(signum, frame):
-        for s in SIGNALS:
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, interrupt) for s in SIGNALS}
+    previous = {s: signal.signal(s, stop) for s in SIGNALS}
     try:
         yield
     finally:

@@ -1,8 +1,10 @@
 """The `docembed` command itself: its help and version, each command's help, and what installs it."""
 
 import re
+import signal
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -11,6 +13,8 @@ import pytest
 from jobs import capacity, embed, search
 from pipeline.cli import COMMANDS, main
 from pipeline.options import options_of
+
+from support import SAMPLES
 
 DOCEMBED = Path(sys.executable).with_name("docembed")  # the console script `pip install .` puts beside python
 SCRIPTS = {"embed": embed.main, "search": search.main, "capacity": capacity.main}
@@ -79,3 +83,16 @@ def test_the_console_script_is_the_installed_distributions():
     [script] = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == "docembed"]
     assert script.value == "pipeline.cli:main" and script.dist.name == "docembed"
     assert DOCEMBED.exists(), "pip install . did not put the docembed script beside python"
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_while_the_command_starts_is_one_line(tmp_path, signum, code):
+    # A second in: the command is importing, or starting Ray, before the run's own handlers are in place.
+    argv = [str(DOCEMBED), "embed", "--input", str(SAMPLES), "--output", str(tmp_path / "out")]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == code, stderr
+    assert stderr.strip().splitlines()[-1].startswith(f"docembed: stopped by {signal.Signals(signum).name}"), stderr
+    assert "Traceback" not in stderr, stderr
