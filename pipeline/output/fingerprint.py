@@ -30,7 +30,12 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str, fields) -> dict:
     return {"fingerprint": digest, "model": redact(spec.model_id), **settings}
 
 
-def mismatch(output: str, recorded: dict, manifest: dict) -> str:
+def same_run(recorded: dict, manifest: dict) -> bool:
+    """Whether an output's recorded manifest is this run's: the same fingerprint and inputs."""
+    return recorded.get("fingerprint") == manifest["fingerprint"] and recorded.get("inputs") == manifest.get("inputs")
+
+
+def mismatch(output: str, recorded: dict, manifest: dict, *, finished: bool = False) -> str:
     keys = (
         "inputs",
         "model",
@@ -48,8 +53,12 @@ def mismatch(output: str, recorded: dict, manifest: dict) -> str:
     differs = [
         f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)
     ]
+    what = (
+        "--overwrite redoes it with these"
+        if finished
+        else "resume it with the same inputs, model, chunking, prompt, dim and fields, or start afresh with --overwrite"
+    )
     return (
-        f"output {redact(output)} holds an unfinished run made with other settings "
-        f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); "
-        "resume it with the same inputs, model, chunking, prompt, dim and fields, or start afresh with --overwrite"
+        f"output {redact(output)} holds {'a finished' if finished else 'an unfinished'} run made with other settings "
+        f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); {what}"
     )

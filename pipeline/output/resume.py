@@ -1,9 +1,10 @@
 """Opening an output for a run: keep a finished one, resume an unfinished one, or start afresh.
 
-A rerun (`open_output`): a finished output (`_SUCCESS`) is left alone, or with
-`--overwrite` cleared. Otherwise the recorded fingerprint and inputs must equal
-this run's, or the run is refused; so is an output whose run folders hold files
-without a fingerprint (someone else's). The recorded listing (`_inputs/`, `pipeline.output.inputs`)
+A rerun (`open_output`): a finished output (`_SUCCESS`) is left alone (a run
+asking for other settings or inputs is told so), or with `--overwrite` cleared.
+Otherwise the recorded fingerprint and inputs must equal this run's, or the run
+is refused; so is an output whose run folders hold files without a fingerprint
+(someone else's). The recorded listing (`_inputs/`, `pipeline.output.inputs`)
 names the run's groups: markers of those groups whose parts all exist are kept
 and those groups skipped; every other marker, every part that no kept marker
 lists, and `_staging/` are deleted; the other groups run again from scratch.
@@ -22,7 +23,7 @@ from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import redact
 from pipeline.output.files import delete_parts, dumps, list_parts, parallel, read_json
-from pipeline.output.fingerprint import mismatch
+from pipeline.output.fingerprint import mismatch, same_run
 from pipeline.output.inputs import Record, read_record
 from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, STAGING_DIR, SUCCESS_FILE, group_of_marker
 
@@ -43,6 +44,9 @@ def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | Non
     with failing_at(f"output {output}"):
         if storage.exists(fs, f"{root}/{SUCCESS_FILE}"):
             if not overwrite:
+                recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")
+                if recorded is not None and not same_run(recorded, manifest):  # not what this command asks
+                    raise OutputError(mismatch(output, recorded, manifest, finished=True))
                 return None
             _clear(fs, root)
         elif overwrite:
@@ -54,7 +58,7 @@ def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | Non
             for name in ("", *OURS):
                 storage.makedirs(fs, f"{root}/{name}".rstrip("/"))
             storage.write_file(fs, f"{root}/{MANIFEST_FILE}", dumps(manifest), f"{root}/{STAGING_DIR}")
-        elif recorded.get("fingerprint") != manifest["fingerprint"] or recorded.get("inputs") != manifest.get("inputs"):
+        elif not same_run(recorded, manifest):
             raise OutputError(mismatch(output, recorded, manifest))
         return _reconcile(fs, root, read_record(fs, root))
 

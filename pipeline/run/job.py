@@ -268,7 +268,8 @@ def _run_on_ray(
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
     report = RunReport.start(cfg, spec, chunking, extract, inputs=record.inputs, skipped=record.skipped)
     report.add_summaries(
-        [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()]
+        [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()],
+        resumed=True,
     )
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))

@@ -28,6 +28,8 @@ class RunReport:
     chunks: int = 0
     tokens: int = 0
     error_types: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # docs, chunks and tokens of the groups an earlier run finished: in the counts, not in this run's throughput
+    resumed: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     wall_seconds: float = 0.0
     first_group_seconds: float | None = None  # from the start to this run's first committed group
     startup: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # see `startup`
@@ -62,13 +64,17 @@ class RunReport:
         }
         return cls(spec.model_id, spec.fingerprint, config, inputs, skipped)
 
-    def add_summaries(self, rows: list[dict]) -> None:
+    def add_summaries(self, rows: list[dict], *, resumed: bool = False) -> None:
+        """Committed groups' counts: this run's, or (`resumed`) those an earlier run of this output finished."""
         for row in rows:
             self.docs_ok += row["docs_ok"]
             self.docs_failed += row["docs_failed"]
             self.chunks += row["chunks"]
             self.tokens += row["tokens"]
             self.error_types.update(json.loads(row["error_types"]))
+            if resumed:
+                docs = row["docs_ok"] + row["docs_failed"]
+                self.resumed.update(docs=docs, chunks=row["chunks"], tokens=row["tokens"])
 
     def finish(self, wall_seconds: float, encoders: dict[str, EncoderTotals], stages: StageTable) -> None:
         self.wall_seconds = wall_seconds
@@ -100,10 +106,10 @@ class RunReport:
             "wall_seconds": round(self.wall_seconds, 3),
             "first_group_seconds": None if self.first_group_seconds is None else round(self.first_group_seconds, 3),
             "startup_seconds": [list(step) for step in self.startup],
-            "throughput": {
-                "docs_per_s": round((self.docs_ok + self.docs_failed) / wall, 3),
-                "chunks_per_s": round(self.chunks / wall, 3),
-                "tokens_per_s": round(self.tokens / wall, 1),
+            "throughput": {  # this run's own work
+                "docs_per_s": round((self.docs_ok + self.docs_failed - self.resumed["docs"]) / wall, 3),
+                "chunks_per_s": round((self.chunks - self.resumed["chunks"]) / wall, 3),
+                "tokens_per_s": round((self.tokens - self.resumed["tokens"]) / wall, 1),
             },
             "padding_efficiency": round(self.padding_efficiency, 4),
             "encoder_batches": self.encode.batches,

@@ -210,7 +210,11 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     assert json.loads((tmp_path / "out" / "_docembed.json").read_text())["fingerprint"] == "g" * 16
 
     sink.write_success(output, {"counts": {}})
-    assert resume.open_output(output, overwrite=False, manifest=MANIFEST) is None
+    changed = {**MANIFEST, "fingerprint": "g" * 16}
+    assert resume.open_output(output, overwrite=False, manifest=changed) is None  # finished with these: nothing to do
+    # Finished with other settings: not "nothing to do", which would leave the user thinking it holds these.
+    with pytest.raises(OutputError, match="holds a finished run made with other settings .*overlap 2 there, 4 now"):
+        resume.open_output(output, overwrite=False, manifest={**changed, "fingerprint": "h" * 16, "overlap": 4})
 
 
 class _BrokenUploads(pafs.FileSystemHandler):

@@ -212,7 +212,12 @@ def _short_texts(n: int) -> list[dict]:
 def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
     out, _ = finished
     before = sorted(p.name for p in (out / "embeddings").iterdir())
-    assert run_job(JobConfig(inputs=(str(corpus_dir / "samples"),), output=str(out))) is None
+    assert run_job(JobConfig(inputs=(f"{corpus_dir}/",), output=str(out), overlap=16)) is None
+    # Asked with other settings or inputs: said so, not "nothing to do" over an output that does not hold them.
+    with pytest.raises(OutputError, match="holds a finished run made with other settings .*overlap 16 there, 32 now"):
+        run_job(JobConfig(inputs=(str(corpus_dir),), output=str(out)))
+    with pytest.raises(OutputError, match="holds a finished run .*inputs"):
+        run_job(JobConfig(inputs=(str(corpus_dir / "samples"),), output=str(out), overlap=16))
     assert sorted(p.name for p in (out / "embeddings").iterdir()) == before
 
     report = run_job(JobConfig(inputs=(str(corpus_dir / "samples" / "text"),), output=str(out), overwrite=True))

@@ -47,3 +47,14 @@ def test_startup_lists_the_first_steps_in_the_order_they_came_as_seconds_from_th
         ("first encode call", 12.0),
     ]
     assert startup(1000.0, {"Ray ready": 1001.0}, StageTable(), {}) == [("Ray ready", 1.0)]
+
+
+def test_throughput_counts_this_runs_work_not_the_groups_an_earlier_run_finished():
+    report = RunReport("m", "f", {}, inputs=30, skipped=0)
+    group = {"docs_ok": 9, "docs_failed": 1, "chunks": 20, "tokens": 4000, "error_types": '{"EmptyFile": 1}'}
+    report.add_summaries([group, group], resumed=True)
+    report.add_summaries([group])
+    report.finish(10.0, {}, StageTable())
+    success = report.to_json()
+    assert success["counts"]["docs_ok"] == 27 and success["counts"]["tokens"] == 12000
+    assert success["throughput"] == {"docs_per_s": 1.0, "chunks_per_s": 2.0, "tokens_per_s": 400.0}
