@@ -5,8 +5,8 @@ the options and command given (either default is left out when given). Before
 it, Ray's own job client (ray.job_submission.JobSubmissionClient, as the CLI
 makes it) connects to the cluster's job API: when the head refuses this shell's
 credentials (401 or 403: token authentication is on, and this shell sends no
-token or another one), it prints one line saying what to set, and exits 2,
-where the CLI would end in a traceback.
+token or another one), or when no head answers, it prints one line saying what
+to set, and exits 2, where the CLI would end in a traceback.
 
 Why a check here: Ray 2.60 turns token authentication on for a head started
 with `ray start --head` when ~/.ray/auth_token exists (any local `ray.init()`,
@@ -57,8 +57,8 @@ def head_named(options: list[str]) -> str:
 def refusal(options: list[str]) -> str | None:
     """One line saying what to set when the job API refuses this shell's credentials, else None.
 
-    Anything else (Ray's job client not installed, an unreachable head, bad
-    --headers) is left to `ray job submit`, which says it in its own words.
+    An unreachable head is one line too. Anything else (Ray's job client not
+    installed, bad --headers) is left to `ray job submit`, in its own words.
     """
     try:
         from ray.job_submission import JobSubmissionClient
@@ -68,6 +68,11 @@ def refusal(options: list[str]) -> str | None:
     except AuthenticationError:
         sends = "token" if os.environ.get("RAY_AUTH_MODE") == "token" else "no token"
         return HINTS[sends].format(head=head_named(options))
+    except ConnectionError as e:  # the CLI would print it under five tracebacks
+        return (
+            f"cannot reach {head_named(options)} ({str(e).strip()}): start the cluster (`ray up cluster.yaml`) "
+            "or set RAY_ADDRESS to its dashboard, http://HEAD:8265"
+        )
     except (ImportError, OSError, RuntimeError, RayError, TypeError, ValueError):
         pass  # `ray job submit` says what is wrong in its own words
     return None

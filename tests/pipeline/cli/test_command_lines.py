@@ -8,6 +8,7 @@ included. One embed run serves the searches.
 import http.server
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -118,3 +119,12 @@ def test_submit_says_in_one_line_what_to_set_when_the_head_refuses(refusing_head
     assert refused.returncode == 2, refused.stdout + refused.stderr
     [line] = refused.stderr.splitlines()
     assert line.startswith(f"docembed: error: the Ray head at {refusing_head} refuses this shell's token")
+
+    # No head at all: one line too, not `ray job submit`'s five tracebacks.
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    unreachable = run(DOCEMBED, "submit", "--address", nowhere, *command, env=env)
+    assert unreachable.returncode == 2, unreachable.stdout + unreachable.stderr
+    [line] = unreachable.stderr.splitlines()
+    assert line.startswith(f"docembed: error: cannot reach the Ray head at {nowhere}")
