@@ -9,6 +9,7 @@ from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
+from pipeline.io.uris import redact, scheme_of
 
 # What the job prints while it runs: see pipeline.run.console.
 VERBOSITY = ("quiet", "normal", "verbose")
@@ -60,6 +61,8 @@ class JobConfig:
             raise ConfigError("at least one --input is required")
         if not self.output:
             raise ConfigError("--output is required")
+        if scheme_of(self.output) in ("http", "https"):  # fsspec reads them, and fails the first write
+            raise ConfigError(f"--output {redact(self.output)}: HTTP is read-only; write to a path, s3:// or gs://")
         if self.group_size < 1:
             raise ConfigError(f"--group-size must be at least 1, got {self.group_size}")
         if self.verbosity not in VERBOSITY:

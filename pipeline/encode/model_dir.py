@@ -202,7 +202,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         raise ModelError("the model is named by an empty string; leave it out for the default model")
     path, source = locate(model)
     if not path.is_dir():
-        raise ModelError(f"model directory {path} does not exist")
+        raise ModelError(f"model directory {path} {'is a file' if path.exists() else 'does not exist'}")
     pooling, normalize, include_prompt, max_seq_length = _head(path)  # first: it says where a layout differs
     weights = weights_files(path)
     tokenizer = path / "tokenizer.json"

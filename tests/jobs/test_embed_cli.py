@@ -75,6 +75,7 @@ def not_docembeds(lines: list[str]) -> list[str]:
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--attention", "magic"], "unknown attention"),
         (["--input", "{tmp}", "--output", "{tmp}/out"], "no documents"),
         (["--input", "", "--output", "{tmp}/out"], "an input is an empty string"),
+        (["--input", str(SAMPLES), "--output", "https://example.com/out"], "HTTP is read-only"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--encoders", "-1"], "--encoders must be at least 1"),
         # The encoder actors would have failed on these after the output was begun.
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--compile-cache", "{blocker}"], "--compile-cache"),

@@ -159,6 +159,9 @@ def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
         model_dir.resolve(str(tmp_path / "nope"))
     with pytest.raises(ModelError, match="an empty string"):  # it named the current directory
         model_dir.resolve("")
+    (tmp_path / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(ModelError, match="model directory .*model.safetensors is a file"):
+        model_dir.resolve(str(tmp_path / "model.safetensors"))
     tampered = copy_model(tmp_path)
     (tampered / "model.safetensors").write_bytes(b"tampered")
     monkeypatch.setattr(model_location, "default_model_dir", lambda: tampered)
