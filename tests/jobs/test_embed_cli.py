@@ -126,7 +126,7 @@ def test_demo_corpus_end_to_end_prints_docembeds_lines_only(tmp_path):
     assert "issues/53727" not in result.stderr and "issues/53727" in driver_log(result.pid)
     progress = [line for line in lines if line.startswith("docembed: progress")]
     assert len(progress) <= wall / 10 + 1 and len(lines) <= len(progress) + 5 + 2, lines
-    again = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--quiet")
+    again = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--overlap", "16", "--quiet")
     assert again.returncode == 0 and "nothing to do" in again.stdout
     search = subprocess.run(
         [
