@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import re
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -179,7 +180,12 @@ def run(cfg: JobConfig) -> RunReport | None:
     listing = _listing_with_documents(cfg.inputs, own)
     sink.check_writable(cfg.output)
 
-    owns_ray = _init_ray(cfg.verbosity)
+    try:
+        owns_ray = _init_ray(cfg.verbosity)
+    except SystemExit as e:  # SIGTERM meets Ray's driver handler from within ray.init: sys.exit(signum)
+        if e.code != signal.SIGTERM:
+            raise
+        raise Interrupted(signal.SIGTERM) from None
     # After Ray's start, so that the processes it starts never hold the filter's pipe.
     with known_ray_noise_dropped(), interruptible():
         try:

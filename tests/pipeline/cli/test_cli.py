@@ -1,5 +1,6 @@
 """The `docembed` command itself: its help and version, each command's help, and what installs it."""
 
+import functools
 import re
 import signal
 import subprocess
@@ -85,12 +86,23 @@ def test_the_console_script_is_the_installed_distributions():
     assert DOCEMBED.exists(), "pip install . did not put the docembed script beside python"
 
 
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (its /proc status's SigCgt mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return bool(int(re.search(r"^SigCgt:\s*([0-9a-f]+)", status, re.MULTILINE)[1], 16) >> (signum - 1) & 1)
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stop_while_the_command_starts_is_one_line(tmp_path, signum, code):
-    # A second in: the command is importing, or starting Ray, before the run's own handlers are in place.
+    # Once `docembed` has its SIGTERM handler, half a second on: it is importing the command, or starting Ray,
+    # before the run's own handlers are in place. (SIGINT back to its default: an xdist worker ignores it.)
     argv = [str(DOCEMBED), "embed", "--input", str(SAMPLES), "--output", str(tmp_path / "out")]
-    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    reset = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, preexec_fn=reset)
+    deadline = time.monotonic() + 60
+    while not catches(process.pid, signal.SIGTERM) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == code, stderr
