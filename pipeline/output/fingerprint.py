@@ -31,8 +31,10 @@ def fingerprint(spec, chunking, encoder, pdf_extractor: str, fields) -> dict:
 
 
 def same_run(recorded: dict, manifest: dict) -> bool:
-    """Whether an output's recorded manifest is this run's: the same fingerprint and inputs."""
-    return recorded.get("fingerprint") == manifest["fingerprint"] and recorded.get("inputs") == manifest.get("inputs")
+    """Whether an output's recorded manifest is this run's: the same fingerprint and inputs (where recorded: an
+    output from before they were is taken at its word, as it was)."""
+    inputs = manifest.get("inputs")
+    return recorded.get("fingerprint") == manifest["fingerprint"] and recorded.get("inputs", inputs) == inputs
 
 
 def mismatch(output: str, recorded: dict, manifest: dict, *, finished: bool = False) -> str:

@@ -14,6 +14,7 @@ from pipeline.errors import OutputError, StorageError
 from pipeline.io import retries
 from pipeline.io.filesystems import filesystem_for
 from pipeline.output import inputs, resume, sink
+from pipeline.output.fingerprint import same_run
 from pipeline.output.groups import record_groups
 from pipeline.output.ledger import Ledger
 from pipeline.schemas import SUMMARY_SCHEMA
@@ -205,6 +206,7 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     # Other inputs make the same numbers, but resuming would finish this output's recorded listing instead.
     with pytest.raises(OutputError, match=r"inputs \['/d/'\] there, \['/e/'\] now.*the same inputs"):
         resume.open_output(output, overwrite=False, manifest={**MANIFEST, "inputs": ["/e/"]})
+    assert same_run({k: v for k, v in MANIFEST.items() if k != "inputs"}, MANIFEST)  # recorded before inputs were
     state = resume.open_output(output, overwrite=True, manifest={**MANIFEST, "fingerprint": "g" * 16})
     assert state.done == {} and state.record.parts == 0 and not state.record.groups  # the listing is redone too
     assert json.loads((tmp_path / "out" / "_docembed.json").read_text())["fingerprint"] == "g" * 16
