@@ -18,8 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import encoders, sharding
-from kernels.attention import IMPLS as ATTENTION_IMPLS
-from kernels.attention import runs_on
 from kernels.compute_dtype import activation_dtype
 from kernels.dense import choose as choose_dense
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
@@ -27,6 +25,7 @@ from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import (
     DEFAULT_BATCH_SIZE,
     EncoderConfig,
+    check_attention,
     check_shape,
     compute_dtype,
     format_mesh,
@@ -121,10 +120,8 @@ def _head(out_BSD, normalize: bool, dim: int | None):
 
 def _check_kernels(cfg: EncoderConfig, platform: str, dtype: str) -> None:
     """ConfigError now, where a named attention or dense kernel cannot run here, not a ValueError at the
-    first call's trace (the job's driver checks attention before it starts: pipeline.encode.placement)."""
-    if not runs_on(cfg.attention, platform):
-        runnable = ", ".join(name for name in ("auto", *ATTENTION_IMPLS) if runs_on(name, platform))
-        raise ConfigError(f"--attention {cfg.attention} cannot run on {platform}; these can: {runnable}")
+    first call's trace (the job's driver checks attention before it starts, with the same check_attention)."""
+    check_attention(cfg.attention, platform, platform)
     if cfg.dense == "onednn":
         try:
             choose_dense(jnp.dtype(dtype), jnp.dtype(dtype), cfg.dense)

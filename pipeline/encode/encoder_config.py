@@ -12,7 +12,7 @@ import logging
 import math
 
 from kernels import encoders
-from kernels.attention import IMPLS
+from kernels.attention import IMPLS, runs_on
 from kernels.compute_dtype import DTYPES, choose_dtype
 from kernels.dense import IMPLS as DENSE_IMPLS
 from kernels.sharding_rules import MESH_AXES, ShardingRules
@@ -119,6 +119,15 @@ def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") ->
         mesh_text = format_mesh(tuple(shape.items()))
         raise ConfigError(f"mesh {mesh_text} needs {needed} devices; {holder} has {n_devices}")
     return shape
+
+
+def check_attention(attention: str, platform: str, holder: str) -> None:
+    """ConfigError where `attention` cannot run on `platform` (`holder` says whose it is), naming what can.
+
+    The driver asks it for the encoder actors' platform before anything is written; an Encoder for its own."""
+    if not runs_on(attention, platform):
+        runnable = ", ".join(name for name in ("auto", *IMPLS) if runs_on(name, platform))
+        raise ConfigError(f"--attention {attention} cannot run on {holder}; these can: {runnable}")
 
 
 _warned: set[tuple[str, str]] = set()

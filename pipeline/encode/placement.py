@@ -15,9 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from kernels.attention import IMPLS, runs_on
 from pipeline.encode.cpu_devices import cpu_device_count
-from pipeline.encode.encoder_config import EncoderConfig, mesh_shape
+from pipeline.encode.encoder_config import EncoderConfig, check_attention, mesh_shape
 from pipeline.errors import ConfigError
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
@@ -133,8 +132,4 @@ def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig) -> None:
     splits evenly over any data axis (`pipeline.encode.batching`).
     """
     mesh_shape(encoder.mesh, placement.devices_per_actor, f"each {placement.kind} encoder actor")
-    if not runs_on(encoder.attention, placement.kind):
-        runnable = ", ".join(name for name in ("auto", *IMPLS) if runs_on(name, placement.kind))
-        raise ConfigError(
-            f"--attention {encoder.attention} cannot run on the {placement.kind} encoder actors; these can: {runnable}"
-        )
+    check_attention(encoder.attention, placement.kind, f"the {placement.kind} encoder actors")
