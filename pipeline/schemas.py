@@ -107,7 +107,10 @@ SUMMARY_SCHEMA = pa.schema(
 
 def is_utf8(text: str) -> bool:
     """Whether Arrow can hold `text`: not when it has a lone surrogate (from a JSON escape such as "\\ud800",
-    or a file name's byte that is not UTF-8, which Python decodes to one)."""
+    or a file name's byte that is not UTF-8, which Python decodes to one). The listing asks it of every file:
+    ASCII, the common case, is answered without encoding a copy."""
+    if text.isascii():
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -122,7 +122,7 @@ def _unnamed(uri: str) -> str | None:
     """Why a listed file cannot be named by a doc_id that reads it back, if it cannot."""
     if not is_utf8(uri):
         return f"{os.fsencode(uri)!r}: its name is not UTF-8, which a doc_id must be"
-    if is_uri(uri) and "?" in uri:
+    if "?" in uri and is_uri(uri):
         return f"{uri!r}: its key holds a '?', which docembed refuses in a URI (where a signed URL has its query)"
     return None
 
