@@ -38,8 +38,6 @@ from pipeline.extract import PDF_EXTRACTORS, extract_pages, resolve_extractor
 
 STARTUP_TIMEOUT_S = 60  # a child that cannot import the extractors in this long is an infrastructure failure
 PARENT_POLL_S = 1.0  # how often the child checks that its parent is still alive
-
-
 MAX_TIMEOUT_S = 86_400  # a day for one document
 MAX_MEMORY_MIB = 1 << 20  # 1 TiB of address space for one document
 

@@ -91,9 +91,23 @@ def transformer_in_a_subdirectory(path) -> None:
     edit_json(path, "modules.json", lambda modules: [{**modules[0], "path": "0_Transformer"}, *modules[1:]])
 
 
+def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
+    path = copy_model(tmp_path)
+    (path / "tokenizer.json").write_bytes((path / "tokenizer.json").read_bytes()[:1000])
+    with pytest.raises(ModelError, match="cannot read .*tokenizer.json: EOF"):
+        Tokenizer(path / "tokenizer.json")
+
+
 @pytest.mark.parametrize(
     "breakage, message",
     [
+        (lambda p: (p / "model.safetensors").unlink(), "has no model.safetensors"),
+        (lambda p: (p / "tokenizer.json").unlink(), "has no tokenizer.json"),
+        (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
+        (
+            lambda p: (p / "config.json").write_text('{"model_type": "gpt2"}'),
+            "'gpt2'.*is not supported.*bert, xlm-roberta",
+        ),
         # What sentence-transformers would run and docembed does not: refused, never skipped.
         (add_dense_module, "names a 'sentence_transformers.models.Dense' module, which docembed does not implement"),
         (set_pooling({"pooling_mode": ["cls", "mean"]}), "pooling cls \\+ mean is not supported; docembed pools by"),
@@ -111,32 +125,6 @@ def transformer_in_a_subdirectory(path) -> None:
         (
             lambda p: edit_json(p, "config_sentence_transformers.json", lambda c: {**c, "prompts": ["query: "]}),
             "prompts is not a mapping",
-        ),
-    ],
-)
-def test_what_docembed_would_run_otherwise_than_sentence_transformers_is_refused(tmp_path, breakage, message):
-    path = copy_model(tmp_path)
-    breakage(path)
-    with pytest.raises(ModelError, match=message):
-        model_dir.resolve(str(path))
-
-
-def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
-    path = copy_model(tmp_path)
-    (path / "tokenizer.json").write_bytes((path / "tokenizer.json").read_bytes()[:1000])
-    with pytest.raises(ModelError, match="cannot read .*tokenizer.json: EOF"):
-        Tokenizer(path / "tokenizer.json")
-
-
-@pytest.mark.parametrize(
-    "breakage, message",
-    [
-        (lambda p: (p / "model.safetensors").unlink(), "has no model.safetensors"),
-        (lambda p: (p / "tokenizer.json").unlink(), "has no tokenizer.json"),
-        (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
-        (
-            lambda p: (p / "config.json").write_text('{"model_type": "gpt2"}'),
-            "'gpt2'.*is not supported.*bert, xlm-roberta",
         ),
     ],
 )
