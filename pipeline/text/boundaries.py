@@ -5,12 +5,16 @@ have n + 1 cuts: cut i falls between token i - 1 and token i; cuts 0 and n are
 the document's ends. A cut's level is the strongest boundary in the text
 between the two tokens (their gap, and the characters on either side):
 
-- PARAGRAPH: a blank line (pages of a PDF are joined by one);
+- PARAGRAPH: a blank line, whatever its line breaks (`\n`, `\r\n`, `\r`, U+2028),
+  a form feed or U+2029 (pages of a PDF are joined by a blank line);
 - SENTENCE: after a sentence's terminator and closing quotes or brackets: `. ! ?`
   and their kin in Arabic, Devanagari, Armenian, Ethiopic, Burmese, followed by
   white space, except a `.` followed by a lowercase letter ("e.g. the");
   the full-width `。！？` of Chinese and Japanese, followed by anything;
-- WORD: white space;
+- WORD: white space between the tokens, or at the edge of one (SentencePiece's
+  `▁word` and byte-level BPE's `Ġword` carry the space before their word);
+  characters the tokenizer dropped (combining marks it strips, a zero-width
+  joiner) join a word rather than part two;
 - CHARACTER: no white space, but a character of a script written without
   spaces on either side (Han, kana, Thai, Lao, Khmer, Burmese, and their
   punctuation), where each character is a place to cut, unless a combining
@@ -37,7 +41,9 @@ _CLOSERS = "\"'”’»›)\\]}」』）】〕〉》"
 _SENTENCE_END = re.compile(
     rf"(?:[.!?…‼⁇⁈⁉؟۔।॥։።။]+[{_CLOSERS}]*(?=\s|$)|[。！？｡]+[{_CLOSERS}]*)",
 )
-_PARAGRAPH = re.compile(r"\n[^\S\n]*\n")
+# Line breaks as str.splitlines() knows them (\r\n counts once), and the separators that end a paragraph alone.
+_LINE = r"(?:\r\n|\r(?!\n)|[\n\v\x85\u2028])"
+_PARAGRAPH = re.compile(rf"{_LINE}[^\S\n\r\v\f\x1c-\x1e\x85\u2028\u2029]*{_LINE}|[\f\x1c-\x1e\u2029]")
 
 # Scripts written without spaces between words: Thai, Lao, Burmese, Khmer; CJK
 # punctuation, kana, Han (and its extensions and compatibility forms), full-width forms.
@@ -58,8 +64,15 @@ _SPACELESS = np.array(
 )
 
 
-# Combining marks of the Basic Multilingual Plane, where every script written without spaces has its marks.
+# Combining marks of the Basic Multilingual Plane, where every script written without spaces has its marks;
+# white space, all of which is in that plane.
 _MARK = np.array([unicodedata.category(chr(c)).startswith("M") for c in range(0x10000)])
+_SPACE = np.array([chr(c).isspace() for c in range(0x10000)])
+
+
+def _in_bmp_table(table: np.ndarray, codepoints: np.ndarray) -> np.ndarray:
+    """[len(codepoints) + 1] bool: `table`'s answer per code point, False past the end and outside the plane."""
+    return np.append(table[np.minimum(codepoints, 0xFFFF)] & (codepoints <= 0xFFFF), False)
 
 
 def _spaceless(codepoints: np.ndarray) -> np.ndarray:
@@ -88,13 +101,14 @@ def cut_levels(text: str, offsets: list[tuple[int, int]]) -> np.ndarray:
     before, after = spans[:-1, 1], spans[1:, 0]  # the gap of cut i is text[before[i-1]:after[i-1]]
     codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     spaceless = np.append(_spaceless(codepoints), False)  # index len(text): past the end
-    mark = np.append(_MARK[np.minimum(codepoints, 0xFFFF)] & (codepoints <= 0xFFFF), False)
-    touching = (after == before) & ~mark[after]
-    inner = np.where(
-        touching & (spaceless[np.maximum(before - 1, 0)] | spaceless[after]),
-        CHARACTER,
-        np.where(after > before, WORD, NONE),
+    mark, space = _in_bmp_table(_MARK, codepoints), _in_bmp_table(_SPACE, codepoints)
+    spaces_before = np.concatenate(([0], np.cumsum(space[:-1])))  # [len(text) + 1]: white space in text[:i]
+    word = (after >= before) & (
+        (spaces_before[after] > spaces_before[before]) | space[np.maximum(before - 1, 0)] | space[after]
     )
+    touching = (after == before) & ~mark[after]
+    character = touching & (spaceless[np.maximum(before - 1, 0)] | spaceless[after])
+    inner = np.where(word, WORD, np.where(character, CHARACTER, NONE))
     for level, positions in (
         (SENTENCE, _sentence_ends(text)),
         (PARAGRAPH, np.array([m.start() for m in _PARAGRAPH.finditer(text)], dtype=np.int64)),

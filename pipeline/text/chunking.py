@@ -105,35 +105,42 @@ def chunk_document(
 
     chunks = []
     for start, end in spans:
-        char_start, char_end = (0, len(text)) if len(spans) == 1 else _reach(text, offsets, start, end)
+        lo, hi = _reach(text, offsets, start, end)
+        char_start, char_end = (0, len(text)) if len(spans) == 1 else (lo, hi)
         chunks.append(
             Chunk(
                 text=text[char_start:char_end],
                 token_ids=tokenizer.prefix_ids + ids[start:end] + tokenizer.suffix_ids,
                 char_start=char_start,
                 char_end=char_end,
-                page_start=page_of(offsets[start][0]),
-                page_end=page_of(offsets[end - 1][1] - 1),
+                page_start=page_of(lo),
+                page_end=page_of(max(hi - 1, lo)),
             )
         )
     return chunks
 
 
 def _reach(text: str, offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
-    """The characters of tokens [start, end), with those no token holds that cling to them.
+    """The characters of tokens [start, end), with those no token holds around them, without white space at
+    either end.
 
     A tokenizer drops some characters (a combining accent it strips, a zero-width space, a control
     character); those between the span's tokens are inside it anyway, those at its edges would fall
-    between two chunks. So a span reaches out over them, up to white space or the next token.
+    between two chunks. So a span reaches forward over them to the next token, and back over those that
+    cling to its first token (the first span from the document's start). Tokens that carry white space
+    (SentencePiece's '▁word', byte-level BPE's 'Ġword' and 'Ċ') would start or end a span with it.
     """
-    lo, hi = offsets[start][0], offsets[end - 1][1]
-    floor = offsets[start - 1][1] if start else 0
-    ceiling = offsets[end][0] if end < len(offsets) else len(text)
-    while lo > floor and not text[lo - 1].isspace():
-        lo -= 1
-    while hi < ceiling and not text[hi].isspace():
-        hi += 1
-    return lo, hi
+    first, last = offsets[start][0], offsets[end - 1][1]
+    lo, hi = first, (offsets[end][0] if end < len(offsets) else len(text))
+    if start == 0:
+        lo = 0
+    else:
+        while lo > offsets[start - 1][1] and not text[lo - 1].isspace():
+            lo -= 1
+    held = text[lo:hi]
+    if not held.strip():  # tokens of white space alone
+        return first, last
+    return lo + len(held) - len(held.lstrip()), hi - len(held) + len(held.rstrip())
 
 
 def window_spans(n: int, content: int, overlap: int) -> list[tuple[int, int]]:

@@ -1,9 +1,15 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from pipeline.encode.model_location import default_model_dir
 from pipeline.text.boundaries import CHARACTER, NONE, PARAGRAPH, SENTENCE, WORD, cut_levels
 from pipeline.text.tokenizer import Tokenizer
+
+XLMR = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "xlm-roberta-sharded" / "tokenizer.json"
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +70,50 @@ def test_one_token_and_empty_token_lists():
     assert cut_levels("a", [(0, 1)]).tolist() == [PARAGRAPH, PARAGRAPH]
     assert cut_levels("", []).tolist() == [PARAGRAPH]
     assert cut_levels("", []).dtype == np.int8
+
+
+def byte_level_bpe(path, corpus):
+    hf = HFTokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    hf.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    hf.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, initial_alphabet=alphabet, show_progress=False))
+    hf.save(str(path))
+    return Tokenizer(path)
+
+
+@pytest.mark.parametrize("family", ["sentencepiece", "byte-level"])
+def test_tokens_that_carry_the_space_before_their_word_still_cut_between_words(tmp_path, family):
+    # SentencePiece's '▁fox' and byte-level BPE's 'Ġfox' hold the space before the word: tokens touch.
+    text = "the quick brown fox jumps over the lazy dog and keeps running through the green fields"
+    tokenizer = Tokenizer(XLMR) if family == "sentencepiece" else byte_level_bpe(tmp_path / "t.json", [text] * 20)
+    offsets = tokenizer.encode_content([text])[0].offsets
+    assert any(text[a].isspace() for a, _ in offsets)
+    levels = cut_levels(text, offsets)
+    cuts = [0] + [offsets[i][0] for i in range(1, len(offsets)) if levels[i] >= WORD] + [len(text)]
+    # A token of the space alone ('▁' before 'jumps') has a word cut on either side.
+    assert [text[a:b].strip() for a, b in zip(cuts, cuts[1:]) if text[a:b].strip()] == text.split()
+
+
+def test_characters_the_tokenizer_drops_inside_a_word_do_not_part_it(tokenizer):
+    # The uncased model strips Hebrew points and Devanagari vowel signs, and drops a zero-width non-joiner:
+    # the gap they leave between two tokens is inside a word, not white space.
+    for text in ("הָאָרֶץ הַגְּדוֹלָה", "देश में", "می‌خواهم بروم"):
+        offsets = tokenizer.encode_content([text])[0].offsets
+        levels = cut_levels(text, offsets)
+        for i in range(1, len(offsets)):
+            gap = text[offsets[i - 1][1] : offsets[i][0]]
+            assert (levels[i] >= WORD) == any(ch.isspace() for ch in gap), (text, gap)
+
+
+@pytest.mark.parametrize("blank", ["\n\n", "\r\n\r\n", "\r\r", "\n \t\n", "\u2028\u2028", "\u2029", "\f"])
+def test_every_kind_of_blank_line_parts_paragraphs(tokenizer, blank):
+    text = f"One sentence here{blank}Another one"
+    after, _ = levels_by_token(text, tokenizer)
+    assert after["here"] == PARAGRAPH
+
+
+def test_one_line_break_is_no_paragraph(tokenizer):
+    for line in ("\n", "\r\n", "\r", "\u2028"):
+        after, _ = levels_by_token(f"One sentence here{line}another one", tokenizer)
+        assert after["here"] == WORD
