@@ -55,7 +55,8 @@ from pipeline.io.retries import NOT_FOUND, retrying
 from pipeline.schemas import error_row, is_utf8
 
 READ_BUFFER = 1 << 20  # bytes per ranged read of a shard
-PARQUET_BATCH = 256  # rows decoded at a time
+PARQUET_BATCH = 256  # rows decoded at a time, at most
+PARQUET_BATCH_BYTES = 16 << 20  # and about this many bytes of them, by the row groups' own sizes
 # Bytes of a shard per work unit: a unit keeps one extraction worker busy for seconds
 # to minutes, and a shard this size or smaller is one unit.
 UNIT_BYTES = 64 << 20
@@ -197,7 +198,7 @@ def _parquet_cuts(raw: io.RawIOBase, fields: ShardFields, unit_bytes: int):
             for doc_id in batch.column(0).to_pylist():
                 column.add(_id_str(doc_id), row)
                 row += 1
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, OverflowError) as e:
         if _is_storage(e):
             raise
         return None
@@ -336,21 +337,30 @@ def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUni
 
 def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
     try:
-        # No pre-buffering: it would read every row group's columns up front.
-        shard = pq.ParquetFile(raw, pre_buffer=False)
+        # No pre-buffering: it would read every row group's columns up front. A buffered stream reads a
+        # column chunk a page at a time: pyarrow's writer puts a whole table in one row group by default.
+        shard = pq.ParquetFile(raw, pre_buffer=False, buffer_size=READ_BUFFER)
     except (ValueError, OSError) as e:  # ArrowInvalid is a ValueError
         if _is_storage(e):
             raise
         raise ShardError("CorruptShard", f"not a Parquet file: {e}") from None
-    missing = [f for f in (fields.id, fields.text) if f not in shard.schema_arrow.names]
+    names = shard.schema_arrow.names
+    missing = [f for f in (fields.id, fields.text) if f not in names]
     if missing:
-        raise ShardError("BadShard", f"no column {', '.join(missing)} (columns: {', '.join(shard.schema_arrow.names)})")
+        raise ShardError("BadShard", f"no column {', '.join(missing)} (columns: {', '.join(names)})")
+    repeated = [f for f in dict.fromkeys((fields.id, fields.text)) if names.count(f) > 1]
+    if repeated:
+        raise ShardError("BadShard", f"more than one column named {', '.join(repeated)}")
     return shard
 
 
 def _parquet_batches(shard: pq.ParquetFile, columns: list[str], unit: ShardUnit) -> Iterator:
+    """The unit's rows in batches of at most PARQUET_BATCH rows and about PARQUET_BATCH_BYTES."""
     groups = range(unit.start, shard.num_row_groups if unit.stop is None else unit.stop)
-    return shard.iter_batches(batch_size=PARQUET_BATCH, columns=columns, row_groups=groups)
+    meta = [shard.metadata.row_group(g) for g in groups]
+    widest = max((g.total_byte_size / g.num_rows for g in meta if g.num_rows), default=1.0)
+    rows = max(1, min(PARQUET_BATCH, int(PARQUET_BATCH_BYTES / max(widest, 1.0))))
+    return shard.iter_batches(batch_size=rows, columns=columns, row_groups=groups)
 
 
 def _parquet_rows(
@@ -367,7 +377,7 @@ def _parquet_rows(
                 doc_id = _id_str(doc_id)
                 yield _document(uri, doc_id, text, f"row:{row}", bool(doc_id) and repeats(doc_id, row))
                 row += 1
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, OverflowError) as e:  # OverflowError: a date or time beyond Python's
         if _is_storage(e):
             raise
         raise ShardError("CorruptShard", f"unreadable Parquet data at row {row}: {e}") from None

@@ -63,16 +63,23 @@ def test_gzip_and_parquet_shards_and_broken_ones(tmp_path):
     assert [r["error_type"] for r in iter_shard(str(tmp_path / "empty.jsonl"), "jsonl")] == ["EmptyShard"]
 
 
-@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
-def test_shards_are_streamed_not_loaded_whole(tmp_path, monkeypatch, kind):
+@pytest.mark.parametrize("layout", ["jsonl", "parquet", "parquet-one-row-group"])
+def test_shards_are_streamed_not_loaded_whole(tmp_path, monkeypatch, layout):
+    # pyarrow's writer puts a whole table in one row group by default: that too is read a buffer at a time.
     monkeypatch.setattr(shards, "READ_BUFFER", 1 << 14)
     n = 20_000
     texts = [f"document number {i}: " + "word " * 30 for i in range(n)]
+    kind = layout.split("-")[0]
     path = tmp_path / f"big.{kind}"
     if kind == "jsonl":
         path.write_text("\n".join(json.dumps({"id": i, "text": t}) for i, t in enumerate(texts)))
     else:
-        pq.write_table(pa.table({"id": list(range(n)), "text": texts}), path, row_group_size=500, compression="none")
+        # One row group is read a page at a time: small pages here, as a big file's are small beside it.
+        groups = (
+            {"row_group_size": 500} if layout == "parquet" else {"use_dictionary": False, "data_page_size": 1 << 16}
+        )
+        pq.write_table(pa.table({"id": list(range(n)), "text": texts}), path, compression="none", **groups)
+        assert pq.ParquetFile(path).num_row_groups == (n // 500 if layout == "parquet" else 1)
     read = []
     original = shards._RangeReader.readinto
 
@@ -85,6 +92,36 @@ def test_shards_are_streamed_not_loaded_whole(tmp_path, monkeypatch, kind):
     first = list(itertools.islice(iter_shard(str(path), kind), 100))
     assert len(first) == 100
     assert sum(read) < path.stat().st_size / 10, (sum(read), path.stat().st_size)
+
+
+def test_parquet_batches_of_big_documents_hold_a_few_megabytes_not_a_fixed_row_count(tmp_path, monkeypatch):
+    monkeypatch.setattr(shards, "PARQUET_BATCH_BYTES", 1 << 20)
+    texts = [f"{i} " + "x" * (256 << 10) for i in range(40)]  # 256 KiB each: 4 to a batch of 1 MiB
+    pq.write_table(pa.table({"id": list(range(40)), "text": texts}), tmp_path / "wide.parquet")
+    sizes = []
+    original = pq.ParquetFile.iter_batches
+
+    def recording(self, batch_size, **kwargs):
+        sizes.append(batch_size)
+        return original(self, batch_size=batch_size, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", recording)
+    rows = list(iter_shard(str(tmp_path / "wide.parquet"), "parquet"))
+    assert [r["pages"][0] for r in rows] == texts and sizes == [3]  # 1 MiB over a row's 256 KiB and more
+
+
+def test_parquet_columns_that_python_or_a_name_cannot_read_are_error_rows(tmp_path):
+    pq.write_table(
+        pa.Table.from_arrays([pa.array(["q"]), pa.array(["a"]), pa.array(["b"])], ["id", "text", "text"]),
+        tmp_path / "twice.parquet",
+    )
+    (row,) = iter_shard(str(tmp_path / "twice.parquet"), "parquet")
+    assert row["error_type"] == "BadShard" and row["error_message"] == "more than one column named text"
+    # A timestamp id past Python's datetime range: pyarrow cannot hand it over.
+    ids = pa.array([1, 10**12], pa.timestamp("s"))
+    pq.write_table(pa.table({"id": ids, "text": ["a doc", "b doc"]}), tmp_path / "dates.parquet")
+    (row,) = iter_shard(str(tmp_path / "dates.parquet"), "parquet")
+    assert row["error_type"] == "CorruptShard" and "out of range" in row["error_message"]
 
 
 IDS = ["a", "b", "a", "c", "b", "d", "a", "e", "f", "g", "c", "h"]
