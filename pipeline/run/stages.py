@@ -189,22 +189,21 @@ class ChunkBlock:
     def _chunks(self, doc: dict) -> list[dict]:
         with self.clock.timing("tokenise") as counts:
             text, page_starts = join_pages(doc["pages"])
-            encoding = self.tokenizer.encode_content([text])[0]
+            ids, offsets = self.tokenizer.encode_document(text)
             counts["docs"] += 1
-            counts["tokens"] += len(encoding.ids)
-        if all(i == self.tokenizer.unk_id for i in encoding.ids):
+            counts["tokens"] += len(ids)
+        if not len(ids) or (ids == self.tokenizer.unk_id).all():
             # Nothing, or only unknown words: 10 million characters without whitespace are
             # one [UNK], whose embedding says nothing of the text.
-            message = f"text yields no tokens the model knows ({len(encoding.ids)} unknown)"
+            message = (
+                "text yields no tokens"
+                if not len(ids)
+                else f"text yields no tokens the model knows ({len(ids)} unknown)"
+            )
             return [error_row({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
         with self.clock.timing("chunk") as counts:
             chunks = chunk_document(
-                text,
-                encoding.ids,
-                encoding.offsets,
-                page_starts if doc["kind"] == "pdf" else None,
-                self.tokenizer,
-                self.chunking,
+                text, ids, offsets, page_starts if doc["kind"] == "pdf" else None, self.tokenizer, self.chunking
             )
             counts["chunks"] += len(chunks)
         return [

@@ -1,6 +1,6 @@
 """How strong a boundary lies between neighbouring tokens: paragraph, sentence, word, character, none.
 
-A document's content tokens (`ids`, `offsets` from `Tokenizer.encode_content`)
+A document's content tokens (`ids`, `offsets` from `Tokenizer.encode_document`)
 have n + 1 cuts: cut i falls between token i - 1 and token i; cuts 0 and n are
 the document's ends. A cut's level is the strongest boundary in the text
 between the two tokens (their gap, and the characters on either side):
@@ -29,7 +29,6 @@ level then comes from array lookups, a small part of the tokeniser's time.
 
 from __future__ import annotations
 
-import itertools
 import re
 import unicodedata
 
@@ -91,13 +90,14 @@ def _sentence_ends(text: str) -> np.ndarray:
     return np.array(ends, dtype=np.int64)
 
 
-def cut_levels(text: str, offsets: list[tuple[int, int]]) -> np.ndarray:
-    """[n + 1] int8: the level of each cut between `offsets`' n tokens, PARAGRAPH at both ends."""
+def cut_levels(text: str, offsets) -> np.ndarray:
+    """[n + 1] int8: the level of each cut between the n tokens of `offsets` ([n, 2] character spans, an array
+    or a list of pairs), PARAGRAPH at both ends."""
     n = len(offsets)
     levels = np.full(n + 1, PARAGRAPH, dtype=np.int8)
     if n < 2:
         return levels
-    spans = np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * n).reshape(n, 2)
+    spans = np.asarray(offsets, dtype=np.int64).reshape(n, 2)
     before, after = spans[:-1, 1], spans[1:, 0]  # the gap of cut i is text[before[i-1]:after[i-1]]
     codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     spaceless = np.append(_spaceless(codepoints), False)  # index len(text): past the end

@@ -80,17 +80,19 @@ def join_pages(pages: list[str]) -> tuple[str, list[int]]:
 
 def chunk_document(
     text: str,
-    ids: list[int],
-    offsets: list[tuple[int, int]],
+    ids,
+    offsets,
     page_starts: list[int] | None,
     tokenizer: Tokenizer,
     cfg: ChunkingConfig,
 ) -> list[Chunk]:
-    """One document's content tokens (`ids`, `offsets` from `encode_content`) -> its chunks, in order.
+    """One document's content tokens -> its chunks, in order.
 
-    `ids` must not be empty. A document that fits one window is one chunk whose
-    text is the whole document text.
+    `ids` [n] and `offsets` [n, 2] (character spans), arrays or lists, as
+    `Tokenizer.encode_document` gives them; n must not be 0. A document that fits
+    one window is one chunk whose text is the whole document text.
     """
+    ids, offsets = np.asarray(ids), np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
     content = cfg.max_tokens - tokenizer.n_special
     n = len(ids)
     if n <= content:
@@ -110,7 +112,7 @@ def chunk_document(
         chunks.append(
             Chunk(
                 text=text[char_start:char_end],
-                token_ids=tokenizer.prefix_ids + ids[start:end] + tokenizer.suffix_ids,
+                token_ids=tokenizer.prefix_ids + ids[start:end].tolist() + tokenizer.suffix_ids,
                 char_start=char_start,
                 char_end=char_end,
                 page_start=page_of(lo),
@@ -120,7 +122,7 @@ def chunk_document(
     return chunks
 
 
-def _reach(text: str, offsets: list[tuple[int, int]], start: int, end: int) -> tuple[int, int]:
+def _reach(text: str, offsets: np.ndarray, start: int, end: int) -> tuple[int, int]:
     """The characters of tokens [start, end), with those no token holds around them, without white space at
     either end.
 
@@ -130,12 +132,12 @@ def _reach(text: str, offsets: list[tuple[int, int]], start: int, end: int) -> t
     cling to its first token (the first span from the document's start). Tokens that carry white space
     (SentencePiece's '▁word', byte-level BPE's 'Ġword' and 'Ċ') would start or end a span with it.
     """
-    first, last = offsets[start][0], offsets[end - 1][1]
-    lo, hi = first, (offsets[end][0] if end < len(offsets) else len(text))
+    first, last = int(offsets[start, 0]), int(offsets[end - 1, 1])
+    lo, hi = first, (int(offsets[end, 0]) if end < len(offsets) else len(text))
     if start == 0:
         lo = 0
     else:
-        while lo > offsets[start - 1][1] and not text[lo - 1].isspace():
+        while lo > offsets[start - 1, 1] and not text[lo - 1].isspace():
             lo -= 1
     held = text[lo:hi]
     if not held.strip():  # tokens of white space alone

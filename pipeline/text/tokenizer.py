@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 
 from pipeline.errors import ModelError
+
+# A long document is tokenised in pieces of about this many characters: the tokenizer's own working memory
+# is over 100 bytes a character (alignments, token strings), where a piece's ids and offsets keep 20 a token.
+PIECE_CHARS = 1 << 18
+# Where a piece may end, best first: before a space that follows a word, where every tokenizer's tokens are
+# those of the whole text (SentencePiece reads the space as its '▁' word-start mark, where a piece starting
+# otherwise gets a '▁' of its own); before other white space; after a full-width stop.
+_PIECE_ENDS = (re.compile(r"(?<=\S)(?= )"), re.compile(r"(?<=\S)(?=\s)"), re.compile(r"(?<=[。！？])"))
 
 
 class Tokenizer:
@@ -61,7 +71,42 @@ class Tokenizer:
         """Encodings without special tokens, with `.ids` and `.offsets` (character spans)."""
         return self._tok.encode_batch(texts, add_special_tokens=False)
 
+    def encode_document(self, text: str, piece_chars: int = PIECE_CHARS) -> tuple[np.ndarray, np.ndarray]:
+        """One document's content tokens: ids [n] int32 and character offsets [n, 2] int64, tokenised in
+        pieces of about `piece_chars` characters.
+
+        A piece ends before a space between words where it can: the tokens are then those of the whole
+        text. A text without spaces there (Chinese, a table of tabs) is cut after a full-width stop or
+        before other white space, where SentencePiece starts the next piece with a '▁' token, and a run
+        without either is cut where it must be: at most a token's difference every `piece_chars`.
+        """
+        ids, offsets, start = [], [], 0
+        while start < len(text):
+            stop = _piece_end(text, start, piece_chars)
+            (encoding,) = self.encode_content([text[start:stop]])
+            ids.append(np.array(encoding.ids, dtype=np.int32))
+            offsets.append(np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2) + start)
+            start = stop
+        if not ids:
+            return np.zeros(0, np.int32), np.zeros((0, 2), np.int64)
+        return np.concatenate(ids), np.concatenate(offsets)
+
     def encode_truncated(self, texts: list[str], max_tokens: int) -> list[list[int]]:
         """Ids with special tokens, cut to `max_tokens`: what sentence-transformers feeds its model."""
         keep = max_tokens - self.n_special
         return [self.prefix_ids + enc.ids[:keep] + self.suffix_ids for enc in self.encode_content(texts)]
+
+
+def _piece_end(text: str, start: int, piece_chars: int) -> int:
+    """The end of the piece of `text` from `start`: the last of the best places to end in the last quarter
+    of its first `piece_chars` characters, or there when they hold none (a run without any is cut)."""
+    limit = start + piece_chars
+    if limit >= len(text):
+        return len(text)
+    for places in _PIECE_ENDS:
+        end = None
+        for place in places.finditer(text, max(start + 1, limit - piece_chars // 4), limit):
+            end = place.start()
+        if end is not None:
+            return end
+    return limit

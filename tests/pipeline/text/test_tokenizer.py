@@ -1,6 +1,7 @@
 """The tokenizer's prompt: its tokens are those that come before a text in `tokenize(prompt + text)`, which is
 what sentence-transformers encodes, for WordPiece, SentencePiece and byte-level BPE tokenizers alike."""
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -45,3 +46,27 @@ def test_the_prompts_tokens_are_its_part_of_the_prompt_and_text_tokenized_togeth
         after_a_space = raw.encode(" " + text, add_special_tokens=False).ids
         alone = raw.encode(text, add_special_tokens=False).ids
         assert together in (prompt_ids + alone, prompt_ids + after_a_space), (kind, text)
+
+
+@pytest.mark.parametrize(
+    "kind", ["wordpiece (bundled)", "sentencepiece (xlm-roberta fixture)", "byte-level bpe (trained here)"]
+)
+def test_a_long_document_tokenised_in_pieces_has_the_tokens_of_the_whole(tmp_path, kind):
+    path = {
+        "wordpiece (bundled)": lambda: default_model_dir() / "tokenizer.json",
+        "sentencepiece (xlm-roberta fixture)": lambda: FAMILY_FIXTURES / "xlm-roberta-mlm-prefix" / "tokenizer.json",
+        "byte-level bpe (trained here)": lambda: byte_level_bpe(tmp_path),
+    }[kind]()
+    tokenizer = Tokenizer(path)
+    # Pieces end before a space: every word here is shorter than the last quarter of a piece, where one may end.
+    runs = ["hello world", "  two  spaces", "\n\nA paragraph.", "水在循环。云变成雨！", "x" * 15, "\ttab\r\n"]
+    text = " ".join(runs[i % len(runs)] + f" {i}" for i in range(300))
+    (whole,) = tokenizer.encode_content([text])
+    ids, offsets = tokenizer.encode_document(text, piece_chars=64)
+    assert ids.tolist() == whole.ids and offsets.tolist() == [list(o) for o in whole.offsets]
+    # A run without white space longer than a piece is cut where it must be; no character is lost, and tokens
+    # stay in order (SentencePiece's '▁' at a piece's start shares its first character's span).
+    ids, offsets = tokenizer.encode_document("y" * 1000, piece_chars=64)
+    assert offsets[0, 0] == 0 and offsets[-1, 1] == 1000 and (np.diff(offsets[:, 0]) >= 0).all()
+    ids, offsets = tokenizer.encode_document("")
+    assert ids.shape == (0,) and offsets.shape == (0, 2)
