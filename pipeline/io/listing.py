@@ -32,10 +32,11 @@ from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, l
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import check_location, is_uri, redact, scheme_of, uri_of
-from pipeline.kinds import SHARD_KINDS, kind_of
+from pipeline.kinds import SHARD_KINDS, described, kind_of
 from pipeline.schemas import is_utf8
 
 log = logging.getLogger("docembed")
+SAID_ENDINGS = 10  # kinds of skipped file named in warnings, at most
 
 LISTING_SCHEMA = pa.schema([("uri", pa.string()), ("kind", pa.string()), ("size", pa.int64())])
 
@@ -95,6 +96,7 @@ def _paged(
     entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int, left_out: tuple[str, ...]
 ) -> Iterator[Page]:
     uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
+    said: set[str] = set()  # the name endings of skipped files said so far: once each, a few at most
     for uri, size in entries:
         if last is not None and uri <= last:
             continue  # the same file from another location, or at or before start_after
@@ -107,6 +109,11 @@ def _paged(
             skipped += 1
             if unnamed:
                 log.warning("docembed: skipped %s", unnamed)
+            elif len(said) < SAID_ENDINGS and _ending(uri) not in said:
+                said.add(_ending(uri))
+                log.warning(
+                    "docembed: skipped %s, and any other %s: docembed reads %s", redact(uri), _ending(uri), described()
+                )
             continue
         uris.append(uri)
         kinds.append(kind)
@@ -116,6 +123,13 @@ def _paged(
             uris, kinds, sizes, skipped = [], [], [], 0
     if uris or skipped:
         yield Page(pa.RecordBatch.from_arrays([uris, kinds, sizes], schema=LISTING_SCHEMA), skipped)
+
+
+def _ending(uri: str) -> str:
+    """How a file's name ends, to say which files were skipped: '*.csv', or the name when it has no suffix."""
+    name = uri.rsplit("/", 1)[-1]
+    suffix = os.path.splitext(name)[1].lower()
+    return f"*{suffix}" if suffix else name
 
 
 def _unnamed(uri: str) -> str | None:

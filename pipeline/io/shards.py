@@ -233,10 +233,15 @@ class _Repeats:
         return False
 
 
-def _document(uri: str, doc_id, text, where: str, repeated: bool = False) -> dict:
-    """A row's document, or its error row. `where` is the row's position (`line:N`, `row:N`)."""
-    if doc_id is None or doc_id == "":
-        return _error(f"{uri}#{where}", "MissingId", f"{where}: no id")
+ABSENT = object()  # a jsonl record's field that is not there, where null is there
+
+
+def _document(uri: str, doc_id, text, where: str, fields: ShardFields, repeated: bool = False) -> dict:
+    """A row's document, or its error row. `where` is the row's position (`line:N`, `row:N`); `doc_id` and
+    `text` are its fields' values, or ABSENT."""
+    if doc_id is ABSENT or doc_id is None or doc_id == "":
+        said = "no" if doc_id is ABSENT else "a null" if doc_id is None else "an empty"
+        return _error(f"{uri}#{where}", "MissingId", f"{where}: {said} id field {fields.id!r}")
     if repeated:
         return _error(f"{uri}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
     if _names_another_position(doc_id, where):
@@ -246,10 +251,12 @@ def _document(uri: str, doc_id, text, where: str, repeated: bool = False) -> dic
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as e:
-            return _error(full_id, "NoText", f"{where}: text field is bytes, not UTF-8: {e}", stage="extract")
+            return _error(
+                full_id, "NoText", f"{where}: text field {fields.text!r} is bytes, not UTF-8: {e}", stage="extract"
+            )
     if not isinstance(text, str):
-        kind = "missing" if text is None else type(text).__name__
-        return _error(full_id, "NoText", f"{where}: text field is {kind}", stage="extract")
+        kind = "missing" if text is ABSENT else "null" if text is None else f"a {type(text).__name__}, not text"
+        return _error(full_id, "NoText", f"{where}: text field {fields.text!r} is {kind}", stage="extract")
     if not text.strip():
         return _error(full_id, "NoText", f"{where}: empty text", stage="extract")
     return {"doc_id": full_id, "pages": [text]}
@@ -292,6 +299,8 @@ def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple
     stream = io.BufferedReader(raw, READ_BUFFER)
     if uri.lower().endswith(".gz"):
         stream = gzip.GzipFile(fileobj=stream, mode="rb")
+    elif unit.start == 0:
+        _check_start(stream.peek(4)[:4])
     line_no, offset = unit.first, unit.start
     while unit.stop is None or offset < unit.stop:
         try:
@@ -303,6 +312,14 @@ def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple
         line_no += 1
         offset += len(line)
         yield line_no, line
+
+
+def _check_start(head: bytes) -> None:
+    """Refuses a shard whose first bytes say it is not UTF-8 JSON Lines: each of its lines would be an error."""
+    if head.startswith(b"\x1f\x8b"):
+        raise ShardError("CorruptShard", "gzip data in a file not named .gz: name it .jsonl.gz")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and 0 in head[:2]):
+        raise ShardError("BadShard", "UTF-16 or UTF-32 text: JSON Lines is UTF-8")
 
 
 def _jsonl_record(line: bytes, where: str, fields: ShardFields) -> dict:
@@ -331,8 +348,9 @@ def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUni
         except ShardError as e:
             yield _error(f"{uri}#{where}", e.error_type, str(e))
             continue
-        doc_id = _id_str(record.get(fields.id))
-        yield _document(uri, doc_id, record.get(fields.text), where, bool(doc_id) and repeats(doc_id, line_no))
+        doc_id = _id_str(record.get(fields.id, ABSENT))
+        text = record.get(fields.text, ABSENT)
+        yield _document(uri, doc_id, text, where, fields, _named(doc_id) and repeats(doc_id, line_no))
 
 
 def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
@@ -375,7 +393,7 @@ def _parquet_rows(
             texts = batch.column(fields.text).to_pylist()
             for doc_id, text in zip(ids, texts):
                 doc_id = _id_str(doc_id)
-                yield _document(uri, doc_id, text, f"row:{row}", bool(doc_id) and repeats(doc_id, row))
+                yield _document(uri, doc_id, text, f"row:{row}", fields, _named(doc_id) and repeats(doc_id, row))
                 row += 1
     except (ValueError, OSError, OverflowError) as e:  # OverflowError: a date or time beyond Python's
         if _is_storage(e):
@@ -390,9 +408,15 @@ def _is_storage(e: BaseException) -> bool:
     )
 
 
-def _id_str(value) -> str | None:
-    if value is None:
-        return None
+def _named(doc_id) -> bool:
+    """Whether `_id_str` gave an id: not ABSENT, null or empty."""
+    return isinstance(doc_id, str) and doc_id != ""
+
+
+def _id_str(value):
+    """An id field's value as the text of a doc_id; None and ABSENT as they are."""
+    if value is None or value is ABSENT:
+        return value
     if isinstance(value, bytes):  # a binary column; bytes that are not UTF-8 keep a printable, stable form
         return value.decode("utf-8", "backslashreplace")
     if isinstance(value, float) and value.is_integer():

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from pipeline import kinds
 from pipeline.errors import InputError
 from pipeline.io import listing
 from pipeline.io.listing import LISTING_SCHEMA, list_inputs, list_pages, tree
@@ -184,3 +186,17 @@ def test_listing_a_large_tree_holds_no_structure_per_file(tmp_path):
     # A (uri, size) tuple with its ~60-character path is ~200 bytes of Python objects: 20k of them ~4 MB.
     # Pages live in Arrow buffers (not traced); a directory's sorted entries and a page's lists are ~100 KB.
     assert peak < 1_000_000, peak
+
+
+def test_skipped_kinds_are_said_once_each(tmp_path, caplog, monkeypatch):
+    for name in ["a.csv", "b.csv", "c.CSV", "README", "d.ndjson", "e.zst", "f.txt"]:
+        (tmp_path / name).write_text("x")
+    monkeypatch.setattr(listing, "SAID_ENDINGS", 3)
+    with caplog.at_level(logging.WARNING, logger="docembed"):
+        rows, skipped, _ = listed([str(tmp_path)], page_size=1)
+    assert [r[0] for r in rows] == [str(tmp_path / "f.txt")] and skipped == 6
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"docembed: skipped {tmp_path / name}, and any other {ending}: docembed reads {kinds.described()}"
+        for name, ending in [("README", "README"), ("a.csv", "*.csv"), ("d.ndjson", "*.ndjson")]
+    ]

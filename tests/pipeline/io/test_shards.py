@@ -25,18 +25,22 @@ def test_jsonl_shard_rows_and_bad_records(tmp_path):
         json.dumps({"doc": 7, "body": None}),
         json.dumps({"doc": 8.0, "body": "eight"}),
         b"\xff\xfe not utf-8".decode("latin-1"),
+        json.dumps({"doc": 9, "text": "the wrong field"}),
+        json.dumps({"doc": None, "body": "null id"}),
     ]
     path.write_text("\n".join(lines))
     rows = list(iter_shard(str(path), "jsonl", ShardFields(id="doc", text="body")))
-    got = [(r["doc_id"].split("#")[1], r.get("error_type")) for r in rows]
+    got = [(r["doc_id"].split("#")[1], r.get("error_type"), r.get("error_message")) for r in rows]
     assert got == [
-        ("a", None),
-        ("line:3", "BadRecord"),
-        ("line:4", "BadRecord"),
-        ("line:5", "MissingId"),
-        ("7", "NoText"),
-        ("8", None),
-        ("line:8", "BadRecord"),
+        ("a", None, None),
+        ("line:3", "BadRecord", "line:3: a JSON list, not an object"),
+        ("line:4", "BadRecord", got[2][2]),
+        ("line:5", "MissingId", "line:5: no id field 'doc'"),
+        ("7", "NoText", "line:6: text field 'body' is null"),
+        ("8", None, None),
+        ("line:8", "BadRecord", got[6][2]),
+        ("9", "NoText", "line:9: text field 'body' is missing"),
+        ("line:10", "MissingId", "line:10: a null id field 'doc'"),
     ]
     assert rows[0]["pages"] == ["first"]
 
@@ -235,3 +239,18 @@ def test_parquet_id_and_text_from_one_column_and_binary_columns(tmp_path):
     assert rows[0]["doc_id"].endswith("#b1") and rows[0]["pages"] == ["café"]
     assert rows[1]["doc_id"].endswith("#\\xff") and rows[1]["error_type"] == "NoText"
     assert "not UTF-8" in rows[1]["error_message"]
+
+
+@pytest.mark.parametrize(
+    "data, error",
+    [
+        (gzip.compress(b'{"id": 1, "text": "a"}\n' * 50), "CorruptShard"),
+        ('{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}\n'.encode("utf-16"), "BadShard"),
+        ('{"id": 1, "text": "a"}\n'.encode("utf-32-le"), "BadShard"),
+    ],
+    ids=["gzip-named-jsonl", "utf-16", "utf-32"],
+)
+def test_a_jsonl_shard_that_is_not_utf8_text_is_one_error_row(tmp_path, data, error):
+    (tmp_path / "s.jsonl").write_bytes(data)
+    (row,) = iter_shard(str(tmp_path / "s.jsonl"), "jsonl")
+    assert row["doc_id"] == str(tmp_path / "s.jsonl") and row["error_type"] == error
