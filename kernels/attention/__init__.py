@@ -2,6 +2,7 @@
 
     attention(q, k, v, *, kv_lengths=None, segment_ids=None, window=None, impl="auto", scale=None)
     available_impls()  # names that can run on this platform
+    ran()  # what ran in this process: per problem traced, the implementation chosen
     runs_on(impl, platform)  # whether impl can run on a platform ("cpu", "gpu", "tpu")
 
 Implementations (`IMPLS`): reference (plain XLA, the oracle), blockwise (flash
@@ -20,6 +21,7 @@ from kernels.attention._impls import IMPLS, runs_on
 _LAZY = {
     "attention": "kernels.attention._dispatch",
     "available_impls": "kernels.attention._dispatch",
+    "ran": "kernels.attention._dispatch",
     "tpu_interpret_mode": "kernels.attention._platform",
 }
 
@@ -30,4 +32,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["IMPLS", "attention", "available_impls", "runs_on", "tpu_interpret_mode"]
+__all__ = ["IMPLS", "attention", "available_impls", "ran", "runs_on", "tpu_interpret_mode"]

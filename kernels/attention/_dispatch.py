@@ -130,6 +130,24 @@ def _auto_candidates(problem: Problem) -> list[str]:
 
 
 _logged: set[str] = set()
+_ran: dict[Problem, str] = {}  # each problem traced in this process, and the implementation that ran it
+
+
+def ran() -> list[dict]:
+    """What attention ran in this process: per problem traced (platform, dtype, shape, masks), the
+    implementation chosen, in the order first traced. For a run's report: `auto` names none."""
+    return [
+        {
+            "impl": name,
+            "platform": p.platform,
+            "dtype": p.dtype.name,
+            "kv_seq": p.kv_seq,
+            "head_dim": p.head_dim,
+            "packed": p.segments,
+            "window": p.window,
+        }
+        for p, name in _ran.items()
+    ]
 
 
 def _log_once(level: int, message: str) -> None:
@@ -156,10 +174,12 @@ def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
                 reason = f"{type(error).__name__}: {error}"
             else:
                 _log_once(logging.INFO, f"{where}: using {name!r}")
+                _ran[problem] = name
                 return out
         _log_once(logging.WARNING, f"{where}: {name!r} cannot run ({reason}); falling back to {fallback!r}")
     # The last resort is blockwise or reference: plain XLA, it runs everywhere.
     _log_once(logging.INFO, f"{where}: using {candidates[-1]!r}")
+    _ran[problem] = candidates[-1]
     return run(candidates[-1])
 
 
@@ -257,4 +277,5 @@ def attention(
         raise ValueError(
             f"attention impl {impl!r} cannot run here: {reason}. Can run here: {', '.join(runnable)} (or 'auto')."
         )
+    _ran[problem] = impl
     return run(impl)

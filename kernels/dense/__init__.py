@@ -3,6 +3,7 @@
     dense(x, w, bias=None, *, contract=1, activation=None, out_dtype=None, impl="auto")
     choose(w_dtype, out_dtype, impl="auto") -> the implementation `dense` runs (ValueError: one that cannot)
     unavailable(impl) -> why `impl` cannot run in this process, or None
+    ran() -> what ran in this process: per weight and output dtype traced, the implementation chosen
 
     y[..., N...] = activation(x[..., K...] @ w[K..., N...] + bias[N...])
 
@@ -31,7 +32,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 
 # Imported on first use (PEP 562): `unavailable` is all a job's driver needs, and JAX would cost it
 # seconds of start-up and a hundred MB.
-_LAZY = dict.fromkeys(("choose", "dense"), "kernels.dense._dispatch")
+_LAZY = dict.fromkeys(("choose", "dense", "ran"), "kernels.dense._dispatch")
 
 
 def __getattr__(name: str):
@@ -40,4 +41,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ACTIVATIONS", "IMPLS", "choose", "dense", "unavailable"]
+__all__ = ["ACTIVATIONS", "IMPLS", "choose", "dense", "ran", "unavailable"]

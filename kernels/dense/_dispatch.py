@@ -21,6 +21,12 @@ log = logging.getLogger("kernels.dense")
 
 _FNS = {"xla": xla_dense, "onednn": onednn_dense}
 _logged: set[str] = set()
+_ran: dict[tuple[str, str], str] = {}  # (weights' dtype, output's) traced in this process -> the implementation
+
+
+def ran() -> list[dict]:
+    """What dense ran in this process: per weight and output dtype traced, the implementation chosen."""
+    return [{"impl": impl, "weights": w, "out": out} for (w, out), impl in _ran.items()]
 
 
 def _why_not_onednn(w_dtype, out_dtype) -> str | None:
@@ -67,5 +73,7 @@ def dense(x, w, bias=None, *, contract: int = 1, activation: str | None = None, 
     if x.shape[x.ndim - contract :] != w.shape[:contract]:
         raise ValueError(f"x {x.shape} and w {w.shape} do not share their {contract} contracted axes")
     out_dtype = jnp.dtype(x.dtype if out_dtype is None else out_dtype)
-    fn = _FNS[choose(w.dtype, out_dtype, impl)]
+    chosen = choose(w.dtype, out_dtype, impl)
+    _ran[jnp.dtype(w.dtype).name, jnp.dtype(out_dtype).name] = chosen
+    fn = _FNS[chosen]
     return fn(x, w, bias, contract=contract, activation=activation, out_dtype=out_dtype)

@@ -18,8 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels import encoders, sharding
+from kernels.attention import ran as attention_ran
 from kernels.compute_dtype import activation_dtype
 from kernels.dense import choose as choose_dense
+from kernels.dense import ran as dense_ran
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import (
@@ -109,6 +111,18 @@ class Encoder:
             out[batch.index] = emb_BSD[batch.row, batch.slot]
             stats.add(EncodeStats(batch.real_tokens, batch.ids_BT.size, 1))
         return out, stats
+
+    def ran(self) -> dict:
+        """What this encoder runs, for a run's report: its dtype, mesh and rows per data shard, and the
+        attention and dense implementations its programs traced so far (what `auto` chose)."""
+        return {
+            "dtype": self.dtype,
+            "mesh": dict(self.mesh.shape),
+            "rows_per_shard": self.batching.batch_size,
+            "packing": self.batching.packing,
+            "attention": attention_ran(),
+            "dense": dense_ran(),
+        }
 
 
 def _head(out_BSD, normalize: bool, dim: int | None):

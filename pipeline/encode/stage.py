@@ -80,7 +80,13 @@ class EncodeBlock:
             emb_ND, stats = self.encoder.encode_ids(token_ids)
             counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
         # A retried call holds the same rows: its report replaces the first attempt's.
-        state = EncoderCall(stats, tuple(sorted(self.encoder.compiled_shapes)), compilation_cache_counts(), self.loaded)
+        state = EncoderCall(
+            stats,
+            tuple(sorted(self.encoder.compiled_shapes)),
+            compilation_cache_counts(),
+            self.loaded,
+            self.encoder.ran(),
+        )
         self.clock.send(call=rows_digest(batch), encoder=state)
 
         dim = self.encoder.dim

@@ -36,6 +36,7 @@ class RunReport:
     encode: EncodeStats = dataclasses.field(default_factory=EncodeStats)
     compiled_shapes: dict[str, list] = dataclasses.field(default_factory=dict)
     compile_cache: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: hits, misses
+    ran: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: what it ran (`Encoder.ran`)
     stages: StageTable = dataclasses.field(default_factory=StageTable)
     finished_at: str = ""
 
@@ -84,6 +85,7 @@ class RunReport:
             self.encode.add(totals.stats)
             self.compiled_shapes[name] = [list(s) for s in totals.compiled_shapes]
             self.compile_cache[name] = totals.compile_cache
+            self.ran[name] = totals.ran
 
     @property
     def padding_efficiency(self) -> float:
@@ -115,10 +117,26 @@ class RunReport:
             "encoder_batches": self.encode.batches,
             "compiled_shapes": self.compiled_shapes,
             "compile_cache": self.compile_cache,
+            "encoders_ran": self.ran,
             "stages": self.stages.to_json(self.wall_seconds),
             "bottleneck": self.stages.bottleneck(self.wall_seconds),
             "finished_at": self.finished_at,
         }
+
+    def ran_line(self) -> str:
+        """What the encoders ran, each setting once: 'float32, mesh data=2, attention blockwise, dense xla'."""
+        said = []
+        for ran in self.ran.values():
+            mesh = ",".join(f"{axis}={size}" for axis, size in ran.get("mesh", {}).items())
+            for part in (
+                ran.get("dtype"),
+                f"mesh {mesh}",
+                *(f"attention {a['impl']} at {a['kv_seq']} keys" for a in ran.get("attention", [])),
+                *(f"dense {d['impl']} ({d['weights']} weights)" for d in ran.get("dense", [])),
+            ):
+                if part not in said:
+                    said.append(part)
+        return ", ".join(said) or "no encoder call"
 
     def summary(self) -> str:
         """A few lines for a person reading the job log."""
@@ -131,6 +149,7 @@ class RunReport:
             f"compiled shapes per encoder {[len(s) for s in self.compiled_shapes.values()]}",
             f"  {self.stages.line(self.wall_seconds)}",
             "  start-up: " + (", ".join(f"{step} {t:.1f}s" for step, t in self.startup) or "none"),
+            f"  ran: {self.ran_line()}",
             f"  model {self.model_id} (fingerprint {self.model_fingerprint})",
         ]
         if self.error_types:

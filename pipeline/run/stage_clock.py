@@ -72,6 +72,7 @@ class EncoderCall:
     compile_cache: dict[str, int]  # this process's persistent-cache hits and misses so far
     # Wall-clock (time.time) start and end of this encoder's load: weights, devices, compile cache.
     loaded: tuple[float, float] = (math.nan, math.nan)
+    ran: dict = dataclasses.field(default_factory=dict)  # what the encoder runs: `Encoder.ran`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +181,7 @@ class EncoderTotals:
     compile_cache: dict[str, int]
     where: dict
     loaded: tuple[float, float]
+    ran: dict = dataclasses.field(default_factory=dict)
 
     @property
     def pid(self) -> int:
@@ -222,6 +224,7 @@ class RunTally:
                 last.encoder.compile_cache,
                 {**last.where, "worker": worker},
                 last.encoder.loaded,
+                last.encoder.ran,
             )
         for increment in self.calls.values():
             if increment.encoder is not None:

@@ -58,3 +58,24 @@ def test_throughput_counts_this_runs_work_not_the_groups_an_earlier_run_finished
     success = report.to_json()
     assert success["counts"]["docs_ok"] == 27 and success["counts"]["tokens"] == 12000
     assert success["throughput"] == {"docs_per_s": 1.0, "chunks_per_s": 2.0, "tokens_per_s": 400.0}
+
+
+def test_the_report_says_what_each_encoder_ran_and_the_summary_each_setting_once():
+    ran = {
+        "dtype": "bfloat16",
+        "mesh": {"data": 2},
+        "rows_per_shard": 4,
+        "packing": True,
+        "attention": [{"impl": "blockwise", "kv_seq": 256}, {"impl": "reference", "kv_seq": 64}],
+        "dense": [{"impl": "onednn", "weights": "bfloat16", "out": "float32"}],
+    }
+    encoders = {name: EncoderTotals(EncodeStats(), (), {}, {}, (0.0, 1.0), ran) for name in ("h:1", "h:2")}
+    report = RunReport("m", "f", {}, inputs=1, skipped=0)
+    report.finish(1.0, encoders, StageTable())
+    assert report.to_json()["encoders_ran"] == {"h:1": ran, "h:2": ran}
+    assert report.ran_line() == (
+        "bfloat16, mesh data=2, attention blockwise at 256 keys, attention reference at 64 keys, "
+        "dense onednn (bfloat16 weights)"
+    )
+    assert "  ran: bfloat16, mesh data=2," in report.summary()
+    assert RunReport("m", "f", {}, inputs=0, skipped=0).ran_line() == "no encoder call"
