@@ -36,7 +36,7 @@ from pipeline.kinds import SHARD_KINDS, described, kind_of
 from pipeline.schemas import is_utf8
 
 log = logging.getLogger("docembed")
-SAID_ENDINGS = 10  # kinds of skipped file named in warnings, at most
+SAID_SUFFIXES = 10  # kinds of skipped file named in warnings, at most
 
 LISTING_SCHEMA = pa.schema([("uri", pa.string()), ("kind", pa.string()), ("size", pa.int64())])
 
@@ -96,7 +96,7 @@ def _paged(
     entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int, left_out: tuple[str, ...]
 ) -> Iterator[Page]:
     uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
-    said: set[str] = set()  # the name endings of skipped files said so far: once each, a few at most
+    said: set[str] = set()  # the suffixes of skipped files said so far: once each, a few at most
     for uri, size in entries:
         if last is not None and uri <= last:
             continue  # the same file from another location, or at or before start_after
@@ -109,10 +109,10 @@ def _paged(
             skipped += 1
             if unnamed:
                 log.warning("docembed: skipped %s", unnamed)
-            elif len(said) < SAID_ENDINGS and _ending(uri) not in said:
-                said.add(_ending(uri))
+            elif (suffix := _suffix(uri)) and suffix not in said and len(said) < SAID_SUFFIXES:
+                said.add(suffix)
                 log.warning(
-                    "docembed: skipped %s, and any other %s: docembed reads %s", redact(uri), _ending(uri), described()
+                    "docembed: skipped %s, and any other *%s: docembed reads %s", redact(uri), suffix, described()
                 )
             continue
         uris.append(uri)
@@ -125,11 +125,10 @@ def _paged(
         yield Page(pa.RecordBatch.from_arrays([uris, kinds, sizes], schema=LISTING_SCHEMA), skipped)
 
 
-def _ending(uri: str) -> str:
-    """How a file's name ends, to say which files were skipped: '*.csv', or the name when it has no suffix."""
-    name = uri.rsplit("/", 1)[-1]
-    suffix = os.path.splitext(name)[1].lower()
-    return f"*{suffix}" if suffix else name
+def _suffix(uri: str) -> str:
+    """A file name's suffix, to say which kinds of file were skipped: '.csv'; '' for README, _SUCCESS and the
+    like, which lie beside documents and are skipped without a word."""
+    return os.path.splitext(uri.rsplit("/", 1)[-1])[1].lower()
 
 
 def _unnamed(uri: str) -> str | None:

@@ -191,12 +191,12 @@ def test_listing_a_large_tree_holds_no_structure_per_file(tmp_path):
 def test_skipped_kinds_are_said_once_each(tmp_path, caplog, monkeypatch):
     for name in ["a.csv", "b.csv", "c.CSV", "README", "d.ndjson", "e.zst", "f.txt"]:
         (tmp_path / name).write_text("x")
-    monkeypatch.setattr(listing, "SAID_ENDINGS", 3)
+    monkeypatch.setattr(listing, "SAID_SUFFIXES", 2)
     with caplog.at_level(logging.WARNING, logger="docembed"):
         rows, skipped, _ = listed([str(tmp_path)], page_size=1)
     assert [r[0] for r in rows] == [str(tmp_path / "f.txt")] and skipped == 6
     said = [r.getMessage() for r in caplog.records]
     assert said == [
         f"docembed: skipped {tmp_path / name}, and any other {ending}: docembed reads {kinds.described()}"
-        for name, ending in [("README", "README"), ("a.csv", "*.csv"), ("d.ndjson", "*.ndjson")]
+        for name, ending in [("a.csv", "*.csv"), ("d.ndjson", "*.ndjson")]  # README: no suffix, not said
     ]
