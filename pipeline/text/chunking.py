@@ -133,7 +133,8 @@ def _reach(text: str, offsets: np.ndarray, start: int, end: int) -> tuple[int, i
     (SentencePiece's '▁word', byte-level BPE's 'Ġword' and 'Ċ') would start or end a span with it.
     """
     first, last = int(offsets[start, 0]), int(offsets[end - 1, 1])
-    lo, hi = first, (int(offsets[end, 0]) if end < len(offsets) else len(text))
+    # The next token may share the last one's character (a Hangul syllable, cut into jamo), never end before it.
+    lo, hi = first, (max(last, int(offsets[end, 0])) if end < len(offsets) else len(text))
     if start == 0:
         lo = 0
     else:

@@ -97,19 +97,19 @@ def english():
 
 
 def token_span(text, enc, chunk, tokenizer):
-    """The document's tokens [start, end) that are `chunk`'s: those whose characters, but for the white space
-    some carry (SentencePiece's '▁', byte-level 'Ġ'), lie in its span (a span may also reach over characters
-    no token holds: `_reach`), and next to them tokens of white space alone, as many as its ids hold."""
+    """The document's tokens [start, end) that are `chunk`'s: its ids, at the first place where each of them
+    lies in its span but for the white space some carry (SentencePiece's '▁', byte-level 'Ġ'), or is white
+    space alone. (A span may also reach over characters no token holds: `_reach`.)"""
     cores = [
         (a + len(text[a:b]) - len(text[a:b].lstrip()), b - len(text[a:b]) + len(text[a:b].rstrip()))
         for a, b in enc.offsets
     ]
-    inside = [i for i, (a, b) in enumerate(cores) if a < b and chunk.char_start <= a and b <= chunk.char_end]
+    held = [a >= b or (chunk.char_start <= a and b <= chunk.char_end) for a, b in cores]
     content = chunk.token_ids[len(tokenizer.prefix_ids) : len(chunk.token_ids) - len(tokenizer.suffix_ids)]
-    blank = [a >= b for a, b in cores]
-    for start in range(inside[0], inside[0] - len(content) - 1, -1):
+    first = next(i for i, (a, b) in enumerate(cores) if a < b and chunk.char_start <= a)
+    for start in range(max(first - len(content), 0), first + len(content)):
         end = start + len(content)
-        if all(blank[start : inside[0]]) and all(blank[inside[-1] + 1 : end]) and enc.ids[start:end] == content:
+        if all(held[start:end]) and enc.ids[start:end] == content:
             return start, end
     raise AssertionError(f"no tokens of the document make the chunk {chunk.text[:40]!r}")
 
@@ -267,3 +267,14 @@ def test_chunking_is_deterministic_across_processes(tokenizer):
     env = {**os.environ, "PYTHONHASHSEED": "12345", "RAYON_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], input=text, capture_output=True, text=True, env=env, check=True)
     assert [tuple(span) for span in json.loads(out.stdout)] == here
+
+
+@pytest.mark.parametrize("mode", ["boundaries", "window"])
+def test_a_chunk_that_ends_inside_a_character_holds_all_of_it(tokenizer, mode):
+    # The uncased model splits a Hangul syllable into its jamo, tokens that share the syllable's span: a
+    # window may end between two of them, and the chunk still holds the whole syllable.
+    text = "안녕하세요 세계 " * 40
+    cfg = ChunkingConfig(max_tokens=13, overlap=3, mode=mode)
+    chunks, enc = chunks_of(text, tokenizer, cfg)
+    spans = checked_spans(text, enc, chunks, tokenizer, cfg)
+    assert any(enc.offsets[e - 1][1] > enc.offsets[e][0] for _, e in spans[:-1])  # some end inside a syllable
