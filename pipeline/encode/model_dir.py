@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
@@ -29,6 +30,8 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+
+log = logging.getLogger("docembed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +90,18 @@ class ModelSpec:
                 f"model {self.model_id} pools without the prompt's tokens (include_prompt false), "
                 "which docembed does not implement: run it without --prompt"
             )
+        if text and not text[-1].isspace() and text not in _warned_prompts:
+            _warned_prompts.add(text)
+            log.warning(
+                "docembed: the prompt %r does not end in white space: sentence-transformers tokenises it with the "
+                "text, whose first word joins its last; docembed tokenises each alone, so the embeddings differ "
+                "from sentence-transformers' (end the prompt with a space to match)",
+                text,
+            )
         return text
+
+
+_warned_prompts: set[str] = set()  # once per process: the Embedder asks at every call
 
 
 def _sha256(path: Path) -> str:

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
 
 from pipeline.errors import ModelError
+
+
+@dataclasses.dataclass(frozen=True)
+class Content:
+    """A text's content tokens: `ids` and `offsets` (character spans in the text)."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
 
 
 class Tokenizer:
@@ -28,38 +37,31 @@ class Tokenizer:
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)
         content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
-        self.prefix_ids = probe.ids[: content[0]] + self._prompt_ids(prompt)
+        # sentence-transformers tokenises prompt + text as one string, where the white space that ends a prompt
+        # belongs to the text's first word: a byte-level BPE spells it into the word ('Ġword'), SentencePiece
+        # marks the word with '▁' anyway, WordPiece drops it. So the prompt's tokens are those of the prompt
+        # without it, and every text is tokenised after it (`_lead`). A prompt that ends in a word instead
+        # cannot match: the text's first word would join that word (`ModelSpec.prompt_text` warns).
+        head = prompt.rstrip()
+        self._lead = prompt[len(head) :]
+        self.prefix_ids = probe.ids[: content[0]] + self._tok.encode(head, add_special_tokens=False).ids
         self.suffix_ids = probe.ids[content[-1] + 1 :]
         unk = getattr(self._tok.model, "unk_token", None)
         self.unk_id: int | None = None if unk is None else self._tok.token_to_id(unk)
-
-    def _prompt_ids(self, prompt: str) -> list[int]:
-        """The prompt's tokens as they come before a text in sentence-transformers' `tokenize(prompt + text)`.
-
-        Not always the prompt's own: SentencePiece marks the space before the text's first word on that
-        word ("query: hello" -> ..., ':', '▁hello'), so "query: " alone ends in a '▁' of its own that the
-        whole lacks. A probe word after the prompt shows where the text's tokens begin: as they are alone
-        ("a"), or after a space (" a", a byte-level BPE's 'Ġa'), as a chunk's are inside a document. Where
-        neither ends the whole (a prompt without a trailing space, whose last word the text's first joins),
-        no split is exact, and the prompt's own tokens stand.
-        """
-        if not prompt:
-            return []
-        whole = self._tok.encode(prompt + "a", add_special_tokens=False).ids
-        for text in ("a", " a"):
-            ids = self._tok.encode(text, add_special_tokens=False).ids
-            if whole[-len(ids) :] == ids:
-                return whole[: -len(ids)]
-        return self._tok.encode(prompt, add_special_tokens=False).ids
 
     @property
     def n_special(self) -> int:
         """Tokens around every sequence's content: special tokens and the prompt's."""
         return len(self.prefix_ids) + len(self.suffix_ids)
 
-    def encode_content(self, texts: list[str]):
-        """Encodings without special tokens, with `.ids` and `.offsets` (character spans)."""
-        return self._tok.encode_batch(texts, add_special_tokens=False)
+    def encode_content(self, texts: list[str]) -> list[Content]:
+        """Each text's tokens without special tokens, as they follow the prompt (offsets into the text itself:
+        a token of the prompt's white space alone is empty, at 0)."""
+        if not self._lead:
+            return [Content(e.ids, e.offsets) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        n = len(self._lead)
+        encodings = self._tok.encode_batch([self._lead + text for text in texts], add_special_tokens=False)
+        return [Content(e.ids, [(max(s - n, 0), max(t - n, 0)) for s, t in e.offsets]) for e in encodings]
 
     def encode_truncated(self, texts: list[str], max_tokens: int) -> list[list[int]]:
         """Ids with special tokens, cut to `max_tokens`: what sentence-transformers feeds its model."""

@@ -6,6 +6,7 @@ embeddings of its texts with and without the `search_document` prompt.
 
 import dataclasses
 import json
+import logging
 import shutil
 
 import numpy as np
@@ -72,6 +73,14 @@ def test_a_model_that_pools_without_the_prompt_is_refused_with_a_prompt(tmp_path
     assert spec.prompt_text(None) == ""
     with pytest.raises(ConfigError, match="include_prompt false"):
         spec.prompt_text("search_query")
+
+
+def test_a_prompt_that_does_not_end_in_white_space_warns_once(caplog):
+    spec = model_dir.resolve(str(NOMIC))
+    for prompt in ("query:", "query:", "search_query", "query: "):
+        spec.prompt_text(prompt)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "the prompt 'query:' does not end in white space" in warned[0]
 
 
 @pytest.mark.parametrize("window, overlap", [(64, 8), (8192, 256)])
