@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import normalizers
 
 from pipeline.errors import ModelError
 
@@ -28,11 +29,17 @@ class Tokenizer:
     and count against the window like them.
     """
 
-    def __init__(self, path: Path, prompt: str = ""):
+    def __init__(self, path: Path, prompt: str = "", lowercase: bool = False):
+        """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
+        normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text."""
         try:
             self._tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
+        if lowercase and not _lowercases(self._tok.normalizer):
+            own = self._tok.normalizer
+            rest = list(own) if isinstance(own, normalizers.Sequence) else [] if own is None else [own]
+            self._tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *rest])
         self._tok.no_truncation()
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)
@@ -67,3 +74,10 @@ class Tokenizer:
         """Ids with special tokens, cut to `max_tokens`: what sentence-transformers feeds its model."""
         keep = max_tokens - self.n_special
         return [self.prefix_ids + enc.ids[:keep] + self.suffix_ids for enc in self.encode_content(texts)]
+
+
+def _lowercases(normalizer) -> bool:
+    """Whether a normalizer is, or a sequence of them holds, Lowercase: sentence-transformers' own test."""
+    if isinstance(normalizer, normalizers.Sequence):
+        return any(isinstance(n, normalizers.Lowercase) for n in normalizer)
+    return isinstance(normalizer, normalizers.Lowercase)
