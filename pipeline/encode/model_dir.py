@@ -54,11 +54,14 @@ class ModelSpec:
     default_prompt_name: str | None = None
     include_prompt: bool = True  # the prompt's tokens are pooled with the text's
     lowercase: bool = False  # the tokenizer lower-cases first (`tokenizer`)
+    # config_sentence_transformers.json: the model's output is its first truncate_dim dimensions, cut after
+    # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
+    truncate_dim: int | None = None
     config_overrides: str = ""  # the config.json keys sentence_bert_config.json overrides, as JSON
 
     @property
     def dim(self) -> int:
-        return self.arch.hidden_size
+        return self.truncate_dim or self.arch.hidden_size
 
     def window(self, max_tokens: int | None) -> int:
         """Tokens per sequence, special tokens and prompt included: `max_tokens` as asked (0 too, for the
@@ -76,7 +79,7 @@ class ModelSpec:
             str(self.max_seq_length),
         ]
         # What only some models set, named where set, so that no other model's fingerprint changes.
-        extras = {"lowercase": self.lowercase, "config": self.config_overrides}
+        extras = {"lowercase": self.lowercase, "config": self.config_overrides, "truncate_dim": self.truncate_dim}
         parts += [f"{name}={value}" for name, value in extras.items() if value]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
@@ -270,7 +273,8 @@ def _pooling_mode(cfg: dict, path: Path) -> str:
     return modes[0]
 
 
-def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+def _model_config(path: Path, hidden_size: int) -> tuple[tuple[tuple[str, str], ...], str | None, int | None]:
+    """config_sentence_transformers.json: the prompts, the default prompt's name and truncate_dim."""
     st_cfg = _read_object(path / "config_sentence_transformers.json", {})
     prompts = st_cfg.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
@@ -281,7 +285,14 @@ def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
             f"{path}/config_sentence_transformers.json: default_prompt_name {default!r} is none of its prompts "
             f"({', '.join(map(repr, prompts)) or 'none'})"
         )
-    return tuple(sorted(prompts.items())), default
+    truncate_dim = st_cfg.get("truncate_dim")
+    if truncate_dim is not None and (type(truncate_dim) is not int or truncate_dim < 1):
+        raise ModelError(
+            f"{path}/config_sentence_transformers.json: truncate_dim {truncate_dim!r} is not a positive number"
+        )
+    if truncate_dim is not None and truncate_dim >= hidden_size:
+        truncate_dim = None  # sentence-transformers' slice to it keeps every dimension
+    return tuple(sorted(prompts.items())), default, truncate_dim
 
 
 def resolve(model: str | Path | None = None) -> ModelSpec:
@@ -320,7 +331,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         raise ModelError(f"{path}/config.json: {e}") from None
 
     max_seq_length = min(transformer.max_seq_length or arch.max_tokens, arch.max_tokens)
-    prompts, default_prompt_name = _prompts(path)
+    prompts, default_prompt_name, truncate_dim = _model_config(path, arch.hidden_size)
     return ModelSpec(
         model_id=DEFAULT_MODEL_ID if is_default else str(path) if Path(str(model)).exists() else redact(source),
         path=path,
@@ -335,6 +346,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         default_prompt_name=default_prompt_name,
         include_prompt=include_prompt,
         lowercase=transformer.lowercase,
+        truncate_dim=truncate_dim,
         config_overrides=json.dumps(transformer.config, sort_keys=True) if transformer.config else "",
     )
 
