@@ -17,11 +17,15 @@ from kernels.encoders._values import integer
 
 Params = dict[str, Any]
 
-# config.json's hidden_act -> the activation's name in kernels.dense (gelu is the exact, erf one).
+# config.json's hidden_act -> the activation's name in kernels.dense (gelu is the exact, erf one). transformers'
+# gelu_python is gelu's formula written out, gelu_fast gelu_new's tanh formula factored another way.
 ACTIVATIONS: dict[str, str] = {
     "gelu": "gelu",
+    "gelu_python": "gelu",
     "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
