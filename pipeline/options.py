@@ -101,7 +101,7 @@ OPTIONS = (
     Option(
         "--dim",
         int,
-        "keep the first N dimensions, re-normalised (Matryoshka; default: all)",
+        "keep the first N dimensions, re-normalised (Matryoshka; default: all, or the model's truncate_dim)",
         metavar="N",
         commands=EMBED_CAPACITY,
     ),

@@ -21,14 +21,15 @@ AMD EPYC Zen 4, BENCHMARKS.md). `auto` picks onednn where it can run and
 xla elsewhere, and logs its choice once.
 
 Activations, by the names `kernels.encoders` gives config.json's: gelu
-(exact, erf), gelu_tanh, relu, silu.
+(exact, erf), gelu_tanh, relu, silu, quick_gelu (x sigmoid(1.702 x); the
+oneDNN kernel applies it after its call, which fuses the others).
 """
 
 import importlib
 
 from kernels.dense._library import IMPLS, unavailable
 
-ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu", "quick_gelu")
 
 # Imported on first use (PEP 562): `unavailable` is all a job's driver needs, and JAX would cost it
 # seconds of start-up and a hundred MB.

@@ -18,8 +18,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from kernels.dense._library import LIBRARY
+from kernels.dense._reference import ACTIVATION_FNS
 
 TARGET = "docembed_onednn_dense"
+# The activations onednn_dense.cc fuses into its call. Another (quick_gelu: oneDNN's swish would need its beta,
+# 1.702, passed in) is applied to the kernel's float32 result, as the contract orders, then rounded.
+FUSED = ("gelu", "gelu_tanh", "relu", "silu")
 
 
 @functools.cache
@@ -43,8 +47,11 @@ def onednn_dense(x, w, bias, *, contract: int, activation: str | None, out_dtype
     k, n = math.prod(w.shape[:contract]), math.prod(n_shape)
     x_MK = x.astype(jnp.bfloat16).reshape(-1, k)
     bias_N = jnp.zeros((n,), jnp.float32) if bias is None else bias.astype(jnp.float32).reshape(n)
-    out = jax.ShapeDtypeStruct((x_MK.shape[0], n), out_dtype)
+    fused = activation if activation in FUSED else None
+    out = jax.ShapeDtypeStruct((x_MK.shape[0], n), out_dtype if fused == activation else jnp.float32)
     y_MN = jax.ffi.ffi_call(TARGET, out)(
-        x_MK, w.reshape(k, n), bias_N, activation=activation or "none", threads=np.int64(threads_per_device())
+        x_MK, w.reshape(k, n), bias_N, activation=fused or "none", threads=np.int64(threads_per_device())
     )
+    if fused != activation:
+        y_MN = ACTIVATION_FNS[activation](y_MN).astype(out_dtype)
     return y_MN.reshape(*lead, *n_shape)

@@ -14,6 +14,7 @@ ACTIVATION_FNS = {
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "relu": jax.nn.relu,
     "silu": jax.nn.silu,
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
 }
 
 

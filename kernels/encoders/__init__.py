@@ -97,7 +97,8 @@ def _family(config: Mapping[str, Any]) -> ModuleType:
 
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     """The architecture from a config.json dict. UnsupportedModel for another family or an
-    option not implemented; KeyError for a missing required field."""
+    option not implemented; KeyError for a missing required field; ValueError for a value of
+    the wrong type (null where a number belongs, a string for a mapping), naming its key."""
     return _family(config).config_from_hf(config)
 
 

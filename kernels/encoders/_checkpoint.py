@@ -24,6 +24,14 @@ import numpy as np
 
 from kernels.encoders._config import CheckpointMismatch, ModelConfig
 
+# Old checkpoints converted from TensorFlow name a LayerNorm's tensors gamma and beta; transformers renames them
+# to weight and bias as it loads them.
+_LEGACY_NORM = re.compile(r"LayerNorm\.(gamma|beta)$")
+
+
+def _current_norm_name(found: re.Match) -> str:
+    return "LayerNorm." + {"gamma": "weight", "beta": "bias"}[found[1]]
+
 
 class Checkpoint:
     """A state dict as one family reads it. Names passed in are module paths without `.weight`/`.bias`."""
@@ -41,7 +49,11 @@ class Checkpoint:
                 f"the weights have no tensor {' or '.join(map(repr, anchors))} "
                 f"(with or without a model prefix): not a {cfg.family} checkpoint"
             )
-        self._tensors = {name[len(prefix) :]: value for name, value in tensors.items() if name.startswith(prefix)}
+        self._tensors = {
+            _LEGACY_NORM.sub(_current_norm_name, name[len(prefix) :]): value
+            for name, value in tensors.items()
+            if name.startswith(prefix)
+        }
         self._read: set[str] = set()
 
     def has(self, name: str) -> bool:

@@ -8,17 +8,24 @@ describes.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from kernels.encoders._values import integer
+
 Params = dict[str, Any]
 
-# config.json's hidden_act -> the activation's name in kernels.dense (gelu is the exact, erf one).
+# config.json's hidden_act -> the activation's name in kernels.dense (gelu is the exact, erf one). transformers'
+# gelu_python is gelu's formula written out, gelu_fast gelu_new's tanh formula factored another way.
 ACTIVATIONS: dict[str, str] = {
     "gelu": "gelu",
+    "gelu_python": "gelu",
     "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
+    "quick_gelu": "quick_gelu",
     "relu": "relu",
     "silu": "silu",
     "swish": "silu",
@@ -129,19 +136,19 @@ class ModelConfig:
         return tuple(dict.fromkeys(self.layer_kinds))
 
 
-def bert_dims(config: dict, family: str) -> dict[str, int]:
+def bert_dims(config: Mapping[str, Any], family: str) -> dict[str, int]:
     """The sizes under the names BERT's config.json gives them (most families keep them), as ModelConfig fields.
     head_dim: given explicitly, or hidden_size / heads, which must divide."""
-    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    hidden, heads = integer(config, "hidden_size", minimum=1), integer(config, "num_attention_heads", minimum=1)
     if not config.get("head_dim") and hidden % heads:
         raise UnsupportedModel(f"{family}: hidden_size {hidden} is not divisible by {heads} heads")
     return {
-        "vocab_size": int(config["vocab_size"]),
+        "vocab_size": integer(config, "vocab_size", minimum=1),
         "hidden_size": hidden,
-        "num_layers": int(config["num_hidden_layers"]),
+        "num_layers": integer(config, "num_hidden_layers", minimum=1),
         "num_heads": heads,
-        "head_dim": int(config.get("head_dim") or hidden // heads),
-        "intermediate_size": int(config["intermediate_size"]),
+        "head_dim": integer(config, "head_dim", minimum=1) if config.get("head_dim") else hidden // heads,
+        "intermediate_size": integer(config, "intermediate_size", minimum=1),
     }
 
 

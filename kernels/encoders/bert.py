@@ -13,6 +13,7 @@ import numpy as np
 
 from kernels.encoders._checkpoint import Checkpoint
 from kernels.encoders._config import LayerKind, ModelConfig, Params, UnsupportedModel, bert_dims
+from kernels.encoders._values import integer, number
 
 FAMILY = "bert"
 ANCHOR = "embeddings.word_embeddings.weight"
@@ -28,13 +29,13 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     return ModelConfig(
         family=FAMILY,
         **dims,
-        max_tokens=int(config["max_position_embeddings"]),
-        norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        max_tokens=integer(config, "max_position_embeddings", minimum=1),
+        norm_eps=number(config, "layer_norm_eps", 1e-12),
         activation=str(config.get("hidden_act", "gelu")),
         gated_mlp=False,
         norm="post",
         layer_kinds=(LayerKind(),) * dims["num_layers"],
-        type_vocab_size=int(config.get("type_vocab_size", 2)),
+        type_vocab_size=integer(config, "type_vocab_size", 2),
     )
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from kernels.encoders._checkpoint import Checkpoint
 from kernels.encoders._config import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
+from kernels.encoders._values import integer, mapping, number
 
 FAMILY = "gte"
 ANCHOR = "embeddings.word_embeddings.weight"
@@ -29,15 +30,14 @@ _HUB_FIXED = {"position_embedding_type": "rope", "layer_norm_type": "layer_norm"
 
 
 def _rope(config: Mapping[str, Any]) -> Rope:
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params = mapping(config, "rope_parameters") or mapping(config, "rope_scaling")
     default_theta = 160_000.0 if config.get("model_type") == "gte" else 10_000.0  # GteConfig's, NewConfig's
-    theta = float(params.get("rope_theta") or config.get("rope_theta") or default_theta)
+    theta = number(params, "rope_theta", None) or number(config, "rope_theta", None) or default_theta
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "default":
         return Rope(theta)
     if rope_type == "ntk":
-        mixed_b = params.get("mixed_b")
-        return Rope(theta, ntk_factor=float(params["factor"]), ntk_mixed_b=None if mixed_b is None else float(mixed_b))
+        return Rope(theta, ntk_factor=number(params, "factor"), ntk_mixed_b=number(params, "mixed_b", None))
     raise UnsupportedModel(f"{FAMILY}: RoPE scaling {rope_type!r} is not implemented; known: default, ntk")
 
 
@@ -49,13 +49,13 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     return ModelConfig(
         family=FAMILY,
         **dims,
-        max_tokens=int(config.get("max_position_embeddings", 8192)),
-        norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        max_tokens=integer(config, "max_position_embeddings", 8192, minimum=1),
+        norm_eps=number(config, "layer_norm_eps", 1e-12),
         activation=str(config.get("hidden_act", "gelu")),
         gated_mlp=True,
         norm="post",
         layer_kinds=(LayerKind(rope=_rope(config)),) * dims["num_layers"],
-        type_vocab_size=int(config.get("type_vocab_size", 0)),
+        type_vocab_size=integer(config, "type_vocab_size", 0),
         biases=frozenset({"qkv", "out", "mlp_out", "norm"}),
     )
 

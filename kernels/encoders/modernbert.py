@@ -24,6 +24,7 @@ import numpy as np
 
 from kernels.encoders._checkpoint import Checkpoint
 from kernels.encoders._config import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
+from kernels.encoders._values import integer, mapping, number
 
 FAMILY = "modernbert"
 ANCHOR = "embeddings.tok_embeddings.weight"
@@ -32,37 +33,40 @@ GLOBAL, LOCAL = "full_attention", "sliding_attention"
 
 def _layer_types(config: Mapping[str, Any], n_layers: int) -> list[str]:
     if config.get("layer_types") is not None:
-        types = list(config["layer_types"])
-        if len(types) != n_layers or set(types) - {GLOBAL, LOCAL}:
-            raise UnsupportedModel(f"{FAMILY}: layer_types must list {n_layers} of {GLOBAL!r}/{LOCAL!r}, got {types}")
+        types = config["layer_types"]
+        if not isinstance(types, list) or len(types) != n_layers or set(types) - {GLOBAL, LOCAL}:
+            raise UnsupportedModel(f"{FAMILY}: layer_types must list {n_layers} of {GLOBAL!r}/{LOCAL!r}, got {types!r}")
         return types
-    every = int(config.get("global_attn_every_n_layers", 3))
+    every = integer(config, "global_attn_every_n_layers", 3, minimum=1)
     return [GLOBAL if i % every == 0 else LOCAL for i in range(n_layers)]
 
 
 def _rope_thetas(config: Mapping[str, Any]) -> dict[str, float]:
     if config.get("rope_scaling"):
         raise UnsupportedModel(f"{FAMILY}: rope_scaling {config['rope_scaling']} is not implemented")
-    by_type = config.get("rope_parameters")
-    if by_type is None:
+    if config.get("rope_parameters") is None:
         return {
-            GLOBAL: float(config.get("global_rope_theta", 160_000.0)),
-            LOCAL: float(config.get("local_rope_theta", 10_000.0)),
+            GLOBAL: number(config, "global_rope_theta", 160_000.0),
+            LOCAL: number(config, "local_rope_theta", 10_000.0),
         }
+    by_type = mapping(config, "rope_parameters")
     thetas = {}
     for layer_type, default in ((GLOBAL, 160_000.0), (LOCAL, 10_000.0)):
-        params = by_type.get(layer_type) or {}
+        params = mapping(by_type, layer_type)
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
             raise UnsupportedModel(f"{FAMILY}: rope_type {rope_type!r} for {layer_type} is not implemented")
-        thetas[layer_type] = float(params.get("rope_theta", default))
+        thetas[layer_type] = number(params, "rope_theta", default)
     return thetas
 
 
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     dims = bert_dims(config, FAMILY)
     thetas = _rope_thetas(config)
-    window = int(config.get("local_attention", 128)) // 2
+    max_tokens = integer(config, "max_position_embeddings", 8192, minimum=1)
+    window = integer(config, "local_attention", 128) // 2
+    # A window that reaches every position is global attention (with the local theta), as transformers runs it.
+    window = None if window >= max_tokens - 1 else window
     kinds = {GLOBAL: LayerKind(None, Rope(thetas[GLOBAL])), LOCAL: LayerKind(window, Rope(thetas[LOCAL]))}
     flags = {
         "qkv": "attention_bias",
@@ -74,8 +78,8 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     return ModelConfig(
         family=FAMILY,
         **dims,
-        max_tokens=int(config.get("max_position_embeddings", 8192)),
-        norm_eps=float(config.get("norm_eps", 1e-5)),
+        max_tokens=max_tokens,
+        norm_eps=number(config, "norm_eps", 1e-5),
         activation=str(config.get("hidden_activation", "gelu")),
         gated_mlp=True,
         norm="pre",

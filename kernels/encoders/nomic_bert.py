@@ -20,6 +20,7 @@ import numpy as np
 
 from kernels.encoders._checkpoint import Checkpoint
 from kernels.encoders._config import LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
+from kernels.encoders._values import integer, mapping, number
 
 FAMILY = "nomic_bert"
 ANCHOR = "embeddings.word_embeddings.weight"
@@ -49,14 +50,15 @@ def _contrastors_config(config: Mapping[str, Any]) -> ModelConfig:
             f"known: {', '.join(_CONTRASTORS_ACTIVATIONS)}"
         )
     # contrastors pads the vocabulary up to a multiple (64 for nomic-embed-text) and so does its table.
-    multiple = int(config.get("pad_vocab_size_multiple", 1))
+    multiple = integer(config, "pad_vocab_size_multiple", 1, minimum=1)
+    hidden = integer(config, "n_embd", minimum=1)
     dims = bert_dims(
         {
-            "vocab_size": -(-int(config["vocab_size"]) // multiple) * multiple,
-            "hidden_size": config["n_embd"],
-            "num_attention_heads": config["n_head"],
-            "num_hidden_layers": config["n_layer"],
-            "intermediate_size": config.get("n_inner") or 4 * int(config["n_embd"]),
+            "vocab_size": -(-integer(config, "vocab_size", minimum=1) // multiple) * multiple,
+            "hidden_size": hidden,
+            "num_attention_heads": integer(config, "n_head", minimum=1),
+            "num_hidden_layers": integer(config, "n_layer", minimum=1),
+            "intermediate_size": integer(config, "n_inner", minimum=1) if config.get("n_inner") else 4 * hidden,
         },
         FAMILY,
     )
@@ -64,34 +66,34 @@ def _contrastors_config(config: Mapping[str, Any]) -> ModelConfig:
     return ModelConfig(
         family=FAMILY,
         **dims,
-        max_tokens=int(config.get("n_positions", 2048)),
-        norm_eps=float(config.get("layer_norm_epsilon", 1e-5)),
+        max_tokens=integer(config, "n_positions", 2048, minimum=1),
+        norm_eps=number(config, "layer_norm_epsilon", 1e-5),
         activation=_CONTRASTORS_ACTIVATIONS[activation],
         gated_mlp=True,
         norm="post",
-        layer_kinds=(LayerKind(rope=Rope(float(config.get("rotary_emb_base", 10_000)))),) * dims["num_layers"],
-        type_vocab_size=int(config.get("type_vocab_size", 2)),
+        layer_kinds=(LayerKind(rope=Rope(number(config, "rotary_emb_base", 10_000.0))),) * dims["num_layers"],
+        type_vocab_size=integer(config, "type_vocab_size", 2),
         biases=frozenset({"norm"} | {group for group, flag in flags.items() if config.get(flag, True)}),
     )
 
 
 def _transformers_config(config: Mapping[str, Any]) -> ModelConfig:
-    rope = config.get("rope_parameters") or {}
+    rope = mapping(config, "rope_parameters")
     rope_type = rope.get("rope_type", "default")
     if rope_type != "default":
         raise UnsupportedModel(f"{FAMILY}: rope_type {rope_type!r} is not implemented")
-    theta = float(rope.get("rope_theta", config.get("rope_theta", 1000.0)))
+    theta = number(rope, "rope_theta", number(config, "rope_theta", 1000.0))
     dims = bert_dims(config, FAMILY)
     return ModelConfig(
         family=FAMILY,
         **dims,
-        max_tokens=int(config.get("max_position_embeddings", 2048)),
-        norm_eps=float(config.get("layer_norm_eps", 1e-12)),
+        max_tokens=integer(config, "max_position_embeddings", 2048, minimum=1),
+        norm_eps=number(config, "layer_norm_eps", 1e-12),
         activation=str(config.get("hidden_act", "silu")),
         gated_mlp=True,
         norm="post",
         layer_kinds=(LayerKind(rope=Rope(theta)),) * dims["num_layers"],
-        type_vocab_size=int(config.get("type_vocab_size", 2)),
+        type_vocab_size=integer(config, "type_vocab_size", 2),
         biases=frozenset({"norm"}),
     )
 

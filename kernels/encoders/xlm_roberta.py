@@ -14,20 +14,21 @@ from typing import Any
 
 from kernels.encoders import bert
 from kernels.encoders._config import ModelConfig
+from kernels.encoders._values import integer
 
 FAMILY = "xlm-roberta"
 ANCHOR = bert.ANCHOR
 
 
 def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
-    offset = int(config.get("pad_token_id", 1)) + 1
+    offset = integer(config, "pad_token_id", 1) + 1
     cfg = bert.config_from_hf(config)
     return dataclasses.replace(
         cfg,
         family=FAMILY,
         position_offset=offset,
         max_tokens=cfg.max_tokens - offset,
-        type_vocab_size=int(config.get("type_vocab_size", 1)),
+        type_vocab_size=integer(config, "type_vocab_size", 1),
     )
 
 

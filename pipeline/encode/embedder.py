@@ -33,7 +33,7 @@ class Embedder:
         Options: see `EncoderConfig` (e.g. `dim=256`, `max_tokens=2048`)."""
         spec = model_dir.resolve(model)
         cfg = EncoderConfig(**encoder_options)
-        tokenizer = _fits(Tokenizer(spec.path / "tokenizer.json"), check_shape(spec, cfg)[0], "the special tokens")
+        tokenizer = _fits(model_dir.tokenizer(spec.path), check_shape(spec, cfg)[0], "the special tokens")
         return cls(Encoder(spec, cfg, tail_halvings=INTERACTIVE_TAIL_HALVINGS), tokenizer)
 
     @property
@@ -65,7 +65,7 @@ class Embedder:
         text = self.encoder.spec.prompt_text(prompt)
         if not text:
             return self.tokenizer
-        prompted = Tokenizer(self.encoder.spec.path / "tokenizer.json", prompt=text)
+        prompted = model_dir.tokenizer(self.encoder.spec.path, prompt=text)
         return _fits(prompted, self.encoder.window, f"the special tokens and the prompt {text!r}")
 
 

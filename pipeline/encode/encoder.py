@@ -89,6 +89,7 @@ class Encoder:
             slots=self.batching.slots,
             pooling=spec.pooling,
             normalize=spec.normalize,
+            truncate_dim=spec.truncate_dim,
             dim=cfg.dim,
             attention_impl=cfg.attention,
             dense_impl=cfg.dense,
@@ -125,10 +126,11 @@ class Encoder:
         }
 
 
-def _head(out_BSD, normalize: bool, dim: int | None):
-    """Pooled [B, S, D] -> the output [B, S, dim]: normalised as the model says, then Matryoshka-truncated
-    and re-normalised (the first `dim` dimensions of a unit vector are not one)."""
-    out_BSD = encoders.normalize(out_BSD) if normalize else out_BSD
+def _head(out_BSD, normalize: bool, truncate_dim: int | None, dim: int | None):
+    """Pooled [B, S, D] -> the output [B, S, dim]: normalised and cut to `truncate_dim` as the model says
+    (not re-normalised, as sentence-transformers does not), then Matryoshka-truncated to `dim` and
+    re-normalised (the first `dim` dimensions of a unit vector are not one)."""
+    out_BSD = (encoders.normalize(out_BSD) if normalize else out_BSD)[..., :truncate_dim]
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
 
@@ -156,6 +158,7 @@ def _embed(
     attention_impl,
     rules,
     dense_impl="auto",
+    truncate_dim=None,
     dim=None,
 ):
     """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D or dim]."""
@@ -169,4 +172,4 @@ def _embed(
         dense_impl=dense_impl,
         rules=rules,
     )
-    return _head(encoders.pool(hidden_BTD, segments_BT, slots, pooling), normalize, dim)
+    return _head(encoders.pool(hidden_BTD, segments_BT, slots, pooling), normalize, truncate_dim, dim)

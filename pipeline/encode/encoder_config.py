@@ -54,7 +54,7 @@ class EncoderConfig:
     # The longest sequence, special tokens included, up to the model's positions.
     # None: the model's max_seq_length (sentence_bert_config.json).
     max_tokens: int | None = None
-    # Matryoshka truncation: the first `dim` dimensions, re-normalised. None: all.
+    # Matryoshka truncation: the first `dim` dimensions, re-normalised. None: the model's (ModelSpec.dim).
     dim: int | None = None
 
     def __post_init__(self):

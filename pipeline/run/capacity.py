@@ -30,7 +30,6 @@ from pipeline.output.groups import record_groups, work_blocks
 from pipeline.run.stage_clock import STAGE_UNITS, RunTally, StageTable
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
-from pipeline.text.tokenizer import Tokenizer
 
 CPU_STAGES = ("read", "extract", "tokenise", "chunk")
 ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be steady
@@ -40,7 +39,7 @@ def plan(cfg: CapacityConfig) -> str:
     """The CPU stages timed on a sample of the input, the encoder's rate given or measured here: the printed plan."""
     spec = model_dir.resolve(cfg.model)
     chunking = ChunkingConfig(max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, mode=cfg.chunking)
-    chunking.validate(Tokenizer(spec.path / "tokenizer.json").n_special, spec.arch.max_tokens)
+    chunking.validate(model_dir.tokenizer(spec.path).n_special, spec.arch.max_tokens)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     sample = sample_cpu_stages(list(cfg.inputs), cfg.sample_docs, cfg.model, chunking, fields, cfg.extract)
     if not sample.windows:  # no rate of tokens per core, whatever the encoder's

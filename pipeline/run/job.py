@@ -54,7 +54,6 @@ from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.run.stderr_filter import known_ray_noise_dropped
 from pipeline.run.tally import RUN_COORDINATOR_PREFIX, RunCoordinator, SendToTally
 from pipeline.text.chunking import ChunkingConfig
-from pipeline.text.tokenizer import Tokenizer
 
 log = logging.getLogger("docembed")
 
@@ -162,7 +161,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     arrow_on_malloc()
     spec = model_dir.resolve(cfg.model)
     prompt = spec.prompt_text(cfg.prompt)
-    tokenizer = Tokenizer(spec.path / "tokenizer.json", prompt=prompt)
+    tokenizer = model_dir.tokenizer(spec.path, prompt=prompt)
     chunking = ChunkingConfig(
         max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, prompt=prompt, mode=cfg.chunking
     )

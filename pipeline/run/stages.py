@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
+from pipeline.encode import model_dir
 from pipeline.encode.model_location import local_dir
 from pipeline.encode.packs import Packer
 from pipeline.errors import DocumentError, SandboxError
@@ -36,7 +37,6 @@ from pipeline.schemas import (
     is_error,
 )
 from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
-from pipeline.text.tokenizer import Tokenizer
 
 SHARD_BLOCK = 64  # documents per block handed on from a shard
 
@@ -162,7 +162,7 @@ class ChunkBlock:
         call_packs: int | None = None,
     ):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
-        self.tokenizer = Tokenizer(local_dir(model) / "tokenizer.json", prompt=chunking.prompt)
+        self.tokenizer = model_dir.tokenizer(local_dir(model), prompt=chunking.prompt)
         self.chunking = chunking
         self.clock = StageClock(record)
         self.packer = None if call_packs is None else Packer(chunking.max_tokens, call_packs)

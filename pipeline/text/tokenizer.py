@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import normalizers
 
 from pipeline.errors import ModelError
 
@@ -19,6 +21,14 @@ PIECE_CHARS = 1 << 18
 _PIECE_ENDS = (re.compile(r"(?<=\S)(?= )"), re.compile(r"(?<=\S)(?=\s)"), re.compile(r"(?<=[。！？])"))
 
 
+@dataclasses.dataclass(frozen=True)
+class Content:
+    """A text's content tokens: `ids` and `offsets` (character spans in the text)."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+
+
 class Tokenizer:
     """A `tokenizer.json` tokenizer with truncation and padding turned off.
 
@@ -29,47 +39,49 @@ class Tokenizer:
     and count against the window like them.
     """
 
-    def __init__(self, path: Path, prompt: str = ""):
+    def __init__(self, path: Path, prompt: str = "", lowercase: bool = False):
+        """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
+        normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text."""
         try:
             self._tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
+        if lowercase and not _lowercases(self._tok.normalizer):
+            own = self._tok.normalizer
+            rest = list(own) if isinstance(own, normalizers.Sequence) else [] if own is None else [own]
+            self._tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *rest])
         self._tok.no_truncation()
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)
         content = [i for i, special in enumerate(probe.special_tokens_mask) if not special]
-        self.prefix_ids = probe.ids[: content[0]] + self._prompt_ids(prompt)
+        # sentence-transformers tokenises prompt + text as one string, where the white space that ends a prompt
+        # belongs to the text's first word: a byte-level BPE spells it into the word ('Ġword'), SentencePiece
+        # marks the word with '▁' anyway, WordPiece drops it. So the prompt's tokens are those of the prompt
+        # without it, and every text is tokenised after it (`_lead`). A prompt that ends in a word instead
+        # cannot match: the text's first word would join that word (`ModelSpec.prompt_text` warns).
+        head = prompt.rstrip()
+        self._lead = prompt[len(head) :]
+        self.prefix_ids = probe.ids[: content[0]] + self._tok.encode(head, add_special_tokens=False).ids
         self.suffix_ids = probe.ids[content[-1] + 1 :]
         unk = getattr(self._tok.model, "unk_token", None)
         self.unk_id: int | None = None if unk is None else self._tok.token_to_id(unk)
-
-    def _prompt_ids(self, prompt: str) -> list[int]:
-        """The prompt's tokens as they come before a text in sentence-transformers' `tokenize(prompt + text)`.
-
-        Not always the prompt's own: SentencePiece marks the space before the text's first word on that
-        word ("query: hello" -> ..., ':', '▁hello'), so "query: " alone ends in a '▁' of its own that the
-        whole lacks. A probe word after the prompt shows where the text's tokens begin: as they are alone
-        ("a"), or after a space (" a", a byte-level BPE's 'Ġa'), as a chunk's are inside a document. Where
-        neither ends the whole (a prompt without a trailing space, whose last word the text's first joins),
-        no split is exact, and the prompt's own tokens stand.
-        """
-        if not prompt:
-            return []
-        whole = self._tok.encode(prompt + "a", add_special_tokens=False).ids
-        for text in ("a", " a"):
-            ids = self._tok.encode(text, add_special_tokens=False).ids
-            if whole[-len(ids) :] == ids:
-                return whole[: -len(ids)]
-        return self._tok.encode(prompt, add_special_tokens=False).ids
 
     @property
     def n_special(self) -> int:
         """Tokens around every sequence's content: special tokens and the prompt's."""
         return len(self.prefix_ids) + len(self.suffix_ids)
 
-    def encode_content(self, texts: list[str]):
-        """Encodings without special tokens, with `.ids` and `.offsets` (character spans)."""
-        return self._tok.encode_batch(texts, add_special_tokens=False)
+    def encode_content(self, texts: list[str]) -> list[Content]:
+        """Each text's tokens without special tokens, as they follow the prompt (offsets into the text itself:
+        a token of the prompt's white space alone is empty, at 0)."""
+        return self._encode(texts, self._lead)
+
+    def _encode(self, texts: list[str], lead: str) -> list[Content]:
+        if not lead:
+            return [Content(e.ids, e.offsets) for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        n = len(lead)
+        encodings = self._tok.encode_batch([lead + text for text in texts], add_special_tokens=False)
+        return [Content(e.ids, [(max(s - n, 0), max(t - n, 0)) for s, t in e.offsets]) for e in encodings]
 
     def encode_document(self, text: str, piece_chars: int = PIECE_CHARS) -> tuple[np.ndarray, np.ndarray]:
         """One document's content tokens: ids [n] int32 and character offsets [n, 2] int64, tokenised in
@@ -83,7 +95,8 @@ class Tokenizer:
         ids, offsets, start = [], [], 0
         while start < len(text):
             stop = _piece_end(text, start, piece_chars)
-            (encoding,) = self.encode_content([text[start:stop]])
+            # Only the document's start follows the prompt: a later piece follows the text before it.
+            (encoding,) = self._encode([text[start:stop]], self._lead if start == 0 else "")
             ids.append(np.array(encoding.ids, dtype=np.int32))
             offsets.append(np.array(encoding.offsets, dtype=np.int64).reshape(-1, 2) + start)
             start = stop
@@ -110,3 +123,10 @@ def _piece_end(text: str, start: int, piece_chars: int) -> int:
         if end is not None:
             return end
     return limit
+
+
+def _lowercases(normalizer) -> bool:
+    """Whether a normalizer is, or a sequence of them holds, Lowercase: sentence-transformers' own test."""
+    if isinstance(normalizer, normalizers.Sequence):
+        return any(isinstance(n, normalizers.Lowercase) for n in normalizer)
+    return isinstance(normalizer, normalizers.Lowercase)

@@ -326,7 +326,6 @@ def test_a_window_longer_than_the_positions_is_refused():
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"local_attention": 1024}, "sliding window 512 is not shorter than the model's 512 positions"),
         ({"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling"),
         ({"layer_types": ["full_attention"]}, "layer_types must list 4"),
     ],
@@ -335,6 +334,46 @@ def test_modernbert_options_not_implemented_are_refused(change, message):
     config = json.loads((FAMILY_FIXTURES / "modernbert-hub-config" / "config.json").read_text())
     with pytest.raises(encoders.UnsupportedModel, match=message):
         encoders.config_from_hf(config | change)
+
+
+@pytest.mark.parametrize("local_attention", [1022, 1024, 4096])
+def test_a_modernbert_window_that_reaches_every_position_is_global_attention(local_attention):
+    config = json.loads((FAMILY_FIXTURES / "modernbert-hub-config" / "config.json").read_text())
+    config |= {"max_position_embeddings": 512, "local_rope_theta": config.get("global_rope_theta", 160_000.0)}
+    every_layer_global = encoders.config_from_hf(config | {"global_attn_every_n_layers": 1})
+    assert encoders.config_from_hf(config | {"local_attention": local_attention}) == every_layer_global
+    assert encoders.config_from_hf(config | {"local_attention": 1020}) != every_layer_global  # 510: not all 511
+
+
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        # A value of the wrong type: one line naming the key, never a traceback.
+        ("xlm-roberta-mlm-prefix", {"pad_token_id": None}, "pad_token_id None is not a whole number"),
+        ("bert-pooler", {"layer_norm_eps": None}, "layer_norm_eps None is not a number"),
+        ("bert-pooler", {"type_vocab_size": None}, "type_vocab_size None is not a whole number"),
+        ("bert-pooler", {"num_attention_heads": None}, "num_attention_heads None is not a whole number of at least 1"),
+        ("bert-pooler", {"num_attention_heads": [6]}, r"num_attention_heads \[6\] is not a whole number"),
+        ("bert-pooler", {"num_attention_heads": 0}, "num_attention_heads 0 is not a whole number of at least 1"),
+        ("bert-pooler", {"max_position_embeddings": "128"}, "max_position_embeddings '128' is not a whole number"),
+        ("bert-pooler", {"hidden_size": 48.5}, "hidden_size 48.5 is not a whole number"),
+        ("modernbert-hub-config", {"local_attention": None}, "local_attention None is not a whole number"),
+        ("modernbert-hub-config", {"global_attn_every_n_layers": 0}, "global_attn_every_n_layers 0 is not a whole"),
+        ("modernbert-layer-types", {"rope_parameters": "default"}, "rope_parameters 'default' is not a mapping"),
+        ("modernbert-layer-types", {"layer_types": "full_attention"}, "layer_types must list .* got 'full_attention'"),
+        ("gte-transformers", {"rope_parameters": "default"}, "rope_parameters 'default' is not a mapping"),
+        ("nomic-transformers", {"rope_parameters": 1000.0}, "rope_parameters 1000.0 is not a mapping"),
+        ("nomic-contrastors", {"n_embd": None}, "n_embd None is not a whole number"),
+        ("gte-new-ntk", {"rope_scaling": {"type": "ntk", "factor": "2"}}, "factor '2' is not a number"),
+    ],
+)
+def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, name, change, message):
+    path = broken_copy(tmp_path, name)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | change))
+    with pytest.raises(ModelError, match=f"config.json: .*{message}") as refused:
+        model_dir.resolve(str(path))
+    assert "\n" not in str(refused.value)
 
 
 @pytest.mark.parametrize(

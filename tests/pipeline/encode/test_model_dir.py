@@ -3,11 +3,12 @@ import shutil
 
 import pytest
 
+from pipeline import Embedder
 from pipeline.encode import model_dir, model_location
 from pipeline.errors import ModelError
 from pipeline.text.tokenizer import Tokenizer
 
-from support import bert_tensor_shapes, measure_in_child, write_zero_safetensors
+from support import FAMILY_FIXTURES, bert_tensor_shapes, measure_in_child, write_zero_safetensors
 
 
 def test_default_model_is_verified_and_described():
@@ -81,6 +82,68 @@ def test_the_window_is_sentence_transformers_max_seq_length_whichever_file_holds
     assert model_dir.resolve(str(path)).max_seq_length == 64
 
 
+@pytest.mark.parametrize(
+    "files, window",
+    [
+        # Versions before 2 named the file per architecture; 6.3 reads the first of them that is not empty.
+        ({"sentence_bert_config.json": None, "sentence_xlm-roberta_config.json": {"max_seq_length": 64}}, 64),
+        ({"sentence_bert_config.json": {}, "sentence_roberta_config.json": {"max_seq_length": 32}}, 32),
+        # The tokenizer's model_max_length, under either name, wins over max_seq_length.
+        ({"sentence_bert_config.json": {"max_seq_length": 256, "tokenizer_args": {"model_max_length": 64}}}, 64),
+        ({"sentence_bert_config.json": {"processor_kwargs": {"model_max_length": 48, "trust_remote_code": True}}}, 48),
+        # Where from, in what precision, with which attention: transformers' business, not docembed's numbers.
+        (
+            {
+                "sentence_bert_config.json": {
+                    "max_seq_length": 96,
+                    "model_args": {"torch_dtype": "float16", "attn_implementation": "sdpa"},
+                }
+            },
+            96,
+        ),
+    ],
+)
+def test_the_transformer_modules_config_is_read_under_every_name_sentence_transformers_reads(tmp_path, files, window):
+    path = copy_model(tmp_path)
+    for name, cfg in files.items():
+        (path / name).unlink(missing_ok=True) if cfg is None else (path / name).write_text(json.dumps(cfg))
+    assert model_dir.resolve(str(path)).max_seq_length == window
+
+
+@pytest.mark.parametrize("key", ["config_args", "config_kwargs"])
+def test_config_args_override_config_json_as_if_written_there(tmp_path, key):
+    plain = model_dir.resolve(None)
+    path = copy_model(tmp_path)
+    edit_json(path, "sentence_bert_config.json", lambda c: {**c, key: {"hidden_act": "relu", "layer_norm_eps": 1e-6}})
+    overridden = model_dir.resolve(str(path))
+    edit_json(path, "sentence_bert_config.json", lambda c: {k: v for k, v in c.items() if k != key})
+    edit_json(path, "config.json", lambda c: {**c, "hidden_act": "relu", "layer_norm_eps": 1e-6})
+    written = model_dir.resolve(str(path))
+    assert overridden.arch == written.arch != plain.arch
+    assert overridden.fingerprint != written.fingerprint  # the override is named in it (config.json is not hashed)
+
+
+@pytest.mark.parametrize("flag", [{"do_lower_case": True}, {"tokenizer_args": {"do_lower_case": True}}])
+def test_do_lower_case_lower_cases_before_the_tokenizer_with_offsets_into_the_text(tmp_path, flag):
+    # The XLM-RoBERTa fixture's Unigram tokenizer is cased: 'Hello' is '▁', 'H', 'el', ... and 'hello' '▁h', 'el', ...
+    path = tmp_path / "xlmr"
+    shutil.copytree(FAMILY_FIXTURES / "xlm-roberta-mlm-prefix", path)
+    plain = model_dir.tokenizer(path)
+    edit_json(path, "sentence_bert_config.json", lambda c: {**c, "do_lower_case": False, **flag})
+    lowered = model_dir.tokenizer(path)
+    text = "Hello World, ÉCOLE"
+    [got], [want], [cased] = (
+        lowered.encode_content([text]),
+        plain.encode_content([text.lower()]),
+        plain.encode_content([text]),
+    )
+    assert (got.ids, got.offsets) == (want.ids, want.offsets) and got.ids != cased.ids
+    assert model_dir.resolve(str(path)).lowercase
+    assert Embedder.load(str(path)).embed([text]) == pytest.approx(
+        Embedder.load(str(FAMILY_FIXTURES / "xlm-roberta-mlm-prefix")).embed([text.lower()])
+    )
+
+
 def add_dense_module(path) -> None:
     modules = json.loads((path / "modules.json").read_text())
     modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
@@ -117,6 +180,23 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
         (
             lambda p: edit_json(p, "config_sentence_transformers.json", lambda c: {**c, "default_prompt_name": "x"}),
             "default_prompt_name 'x' is none of its prompts",
+        ),
+        (
+            lambda p: edit_json(p, "modules.json", lambda m: [x for x in m if not x["type"].endswith("Pooling")]),
+            "modules.json has no Pooling module",
+        ),
+        # Loader arguments that sentence-transformers passes to transformers, and docembed cannot apply.
+        (
+            lambda p: edit_json(p, "sentence_bert_config.json", lambda c: {**c, "model_args": {"rope_scaling": "x"}}),
+            "sentence_bert_config.json: model_args.rope_scaling is an argument of transformers' loaders",
+        ),
+        (
+            lambda p: edit_json(p, "sentence_bert_config.json", lambda c: {**c, "processor_kwargs": {"x": 1}}),
+            "processor_kwargs.x is an argument of transformers' loaders that docembed does not apply",
+        ),
+        (
+            lambda p: edit_json(p, "sentence_bert_config.json", lambda c: {**c, "config_args": ["relu"]}),
+            "config_args is not a mapping",
         ),
         # Files of the wrong shape, or cut short, each one line naming the file.
         (lambda p: edit_json(p, "modules.json", lambda m: dict(enumerate(m))), "modules.json is not a list"),

@@ -6,6 +6,7 @@ embeddings of its texts with and without the `search_document` prompt.
 
 import dataclasses
 import json
+import logging
 import shutil
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from pipeline import Embedder
 from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ModelError
 from pipeline.io.shards import ShardFields
 from pipeline.output.fingerprint import fingerprint, mismatch
 from pipeline.text.chunking import ChunkingConfig, chunk_document
@@ -74,6 +75,14 @@ def test_a_model_that_pools_without_the_prompt_is_refused_with_a_prompt(tmp_path
         spec.prompt_text("search_query")
 
 
+def test_a_prompt_that_does_not_end_in_white_space_warns_once(caplog):
+    spec = model_dir.resolve(str(NOMIC))
+    for prompt in ("query:", "query:", "search_query", "query: "):
+        spec.prompt_text(prompt)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "the prompt 'query:' does not end in white space" in warned[0]
+
+
 @pytest.mark.parametrize("window, overlap", [(64, 8), (8192, 256)])
 def test_every_chunk_carries_the_prompt_within_the_window(window, overlap):
     tokenizer = Tokenizer(NOMIC / "tokenizer.json", prompt="search_document: ")
@@ -106,6 +115,38 @@ def test_dim_truncates_and_renormalises(embedder, reference):
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1, rtol=1e-6)
     want = full[:, :12] / np.linalg.norm(full[:, :12], axis=1, keepdims=True)
     np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def with_truncate_dim(tmp_path, truncate_dim):
+    path = tmp_path / f"truncate-{truncate_dim!r}"
+    shutil.copytree(NOMIC, path, dirs_exist_ok=True)
+    st_cfg = json.loads((path / "config_sentence_transformers.json").read_text())
+    (path / "config_sentence_transformers.json").write_text(json.dumps(st_cfg | {"truncate_dim": truncate_dim}))
+    return str(path)
+
+
+def test_the_models_truncate_dim_cuts_its_output_without_renormalising_as_sentence_transformers_does(
+    tmp_path, embedder, reference
+):
+    texts, _ = reference
+    full = embedder.embed(texts)
+    cut = Embedder.load(with_truncate_dim(tmp_path, 12))
+    assert cut.dim == 12
+    np.testing.assert_allclose(cut.embed(texts), full[:, :12], atol=1e-6)
+    assert cut.fingerprint != embedder.fingerprint
+    # --dim within it: the first dimensions, re-normalised, as without it.
+    np.testing.assert_allclose(
+        Embedder.load(with_truncate_dim(tmp_path, 12), dim=8).embed(texts),
+        Embedder.load(str(NOMIC), dim=8).embed(texts),
+        atol=1e-6,
+    )
+    with pytest.raises(ConfigError, match="--dim 13 is more than model .* 12 dimensions"):
+        Embedder.load(with_truncate_dim(tmp_path, 12), dim=13)
+    # As many dimensions as the model has, or more: sentence-transformers' slice keeps them all.
+    assert model_dir.resolve(with_truncate_dim(tmp_path, 32)).fingerprint == embedder.fingerprint
+    for bad in (0, "12", 1.5):
+        with pytest.raises(ModelError, match=f"truncate_dim {bad!r} is not a positive number"):
+            model_dir.resolve(with_truncate_dim(tmp_path, bad))
 
 
 def test_dim_beyond_the_model_and_windows_beyond_its_positions_are_refused():

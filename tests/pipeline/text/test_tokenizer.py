@@ -1,5 +1,5 @@
-"""The tokenizer's prompt: its tokens are those that come before a text in `tokenize(prompt + text)`, which is
-what sentence-transformers encodes, for WordPiece, SentencePiece and byte-level BPE tokenizers alike."""
+"""The tokenizer's prompt: a one-chunk document's ids are `tokenize(prompt + text)`'s, which is what
+sentence-transformers encodes, for WordPiece, SentencePiece and byte-level BPE tokenizers alike."""
 
 import numpy as np
 import pytest
@@ -7,6 +7,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from pipeline.encode.model_location import default_model_dir
+from pipeline.text.chunking import ChunkingConfig, chunk_document
 from pipeline.text.tokenizer import Tokenizer
 
 from support import FAMILY_FIXTURES
@@ -15,49 +16,52 @@ TEXTS = ["hello world", "Photosynthesis turns light into sugar.", "42 is the ans
 
 
 def byte_level_bpe(tmp_path):
-    """A byte-level BPE (RoBERTa's, ModernBERT's kind), trained here on the texts: a word after a space is
-    'Ġword', so a text's first word alone is another token than after the prompt's space."""
+    """A byte-level BPE (RoBERTa's, ModernBERT's kind), trained here on the texts, each also after a space: a
+    word after a space is 'Ġword', so a text's first word alone is another token than after the prompt's space."""
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    hf.train_from_iterator(TEXTS * 10 + ["query: passage: search_document: "] * 10, trainer)
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    hf.train_from_iterator([" ".join(TEXTS)] * 10 + ["query: passage: search_document: "] * 10, trainer)
     hf.save(str(tmp_path / "tokenizer.json"))
     return tmp_path / "tokenizer.json"
 
 
-@pytest.mark.parametrize(
-    "kind", ["wordpiece (bundled)", "sentencepiece (xlm-roberta fixture)", "byte-level bpe (trained here)"]
-)
-@pytest.mark.parametrize("prompt", ["query: ", "search_document: "])
-def test_the_prompts_tokens_are_its_part_of_the_prompt_and_text_tokenized_together(tmp_path, kind, prompt):
-    path = {
-        "wordpiece (bundled)": lambda: default_model_dir() / "tokenizer.json",
-        "sentencepiece (xlm-roberta fixture)": lambda: FAMILY_FIXTURES / "xlm-roberta-mlm-prefix" / "tokenizer.json",
-        "byte-level bpe (trained here)": lambda: byte_level_bpe(tmp_path),
-    }[kind]()
-    plain, prompted = Tokenizer(path), Tokenizer(path, prompt=prompt)
-    prompt_ids = prompted.prefix_ids[len(plain.prefix_ids) :]
+TOKENIZERS = {
+    "wordpiece (bundled)": lambda _: default_model_dir() / "tokenizer.json",
+    "sentencepiece (xlm-roberta fixture)": lambda _: FAMILY_FIXTURES / "xlm-roberta-mlm-prefix" / "tokenizer.json",
+    "byte-level bpe (trained here)": byte_level_bpe,
+}
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+@pytest.mark.parametrize("prompt", ["query: ", "search_document: ", "query:  ", " "])
+def test_a_one_chunk_documents_ids_are_those_of_the_prompt_and_text_tokenized_together(tmp_path, kind, prompt):
+    path = TOKENIZERS[kind](tmp_path)
+    tokenizer = Tokenizer(path, prompt=prompt)
     raw = HFTokenizer.from_file(str(path))
     raw.no_padding()  # the bundled file pads to 128, as sentence-transformers' tokenizer does not
+    cfg = ChunkingConfig(max_tokens=128, overlap=0)
     for text in TEXTS:
-        together = raw.encode(prompt + text, add_special_tokens=False).ids
-        # A chunk's tokens are cut from its document's: after a space, but at the document's start.
-        after_a_space = raw.encode(" " + text, add_special_tokens=False).ids
-        alone = raw.encode(text, add_special_tokens=False).ids
-        assert together in (prompt_ids + alone, prompt_ids + after_a_space), (kind, text)
+        content = tokenizer.encode_content([text])[0]
+        [chunk] = chunk_document(text, content.ids, content.offsets, None, tokenizer, cfg)
+        assert chunk.token_ids == raw.encode(prompt + text).ids, (kind, text)
+        assert tokenizer.encode_truncated([text], 128) == [chunk.token_ids]
+        assert chunk.text == text
 
 
-@pytest.mark.parametrize(
-    "kind", ["wordpiece (bundled)", "sentencepiece (xlm-roberta fixture)", "byte-level bpe (trained here)"]
-)
-def test_a_long_document_tokenised_in_pieces_has_the_tokens_of_the_whole(tmp_path, kind):
-    path = {
-        "wordpiece (bundled)": lambda: default_model_dir() / "tokenizer.json",
-        "sentencepiece (xlm-roberta fixture)": lambda: FAMILY_FIXTURES / "xlm-roberta-mlm-prefix" / "tokenizer.json",
-        "byte-level bpe (trained here)": lambda: byte_level_bpe(tmp_path),
-    }[kind]()
-    tokenizer = Tokenizer(path)
+@pytest.mark.parametrize("kind", TOKENIZERS)
+def test_offsets_after_a_prompts_white_space_point_into_the_text_itself(tmp_path, kind):
+    tokenizer = Tokenizer(TOKENIZERS[kind](tmp_path), prompt="query: ")
+    for text in TEXTS:
+        spans = [text[s:e].strip().lstrip("\u2581") for s, e in tokenizer.encode_content([text])[0].offsets]
+        assert "".join(spans).lower() == "".join(text.split()).lower(), (kind, text)
+
+
+@pytest.mark.parametrize("kind", TOKENIZERS)
+@pytest.mark.parametrize("prompt", ["", "search_document: "])
+def test_a_long_document_tokenised_in_pieces_has_the_tokens_of_the_whole(tmp_path, kind, prompt):
+    tokenizer = Tokenizer(TOKENIZERS[kind](tmp_path), prompt=prompt)
     # Pieces end before a space: every word here is shorter than the last quarter of a piece, where one may end.
     runs = ["hello world", "  two  spaces", "\n\nA paragraph.", "水在循环。云变成雨！", "x" * 15, "\ttab\r\n"]
     text = " ".join(runs[i % len(runs)] + f" {i}" for i in range(300))
