@@ -15,6 +15,7 @@ from kernels import encoders
 from kernels.attention import IMPLS, runs_on
 from kernels.compute_dtype import DTYPES, choose_dtype
 from kernels.dense import IMPLS as DENSE_IMPLS
+from kernels.dense import unavailable
 from kernels.sharding_rules import MESH_AXES, ShardingRules
 from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
@@ -121,6 +122,20 @@ def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") ->
     return shape
 
 
+def check_mesh(spec: ModelSpec, cfg: EncoderConfig, n_devices: int, holder: str = "this process") -> dict[str, int]:
+    """`cfg`'s mesh over `holder`'s `n_devices` (`mesh_shape`), checked against the model: each mesh axis must
+    divide the heads and MLP split over it.
+
+    The driver asks it for each encoder actor before anything is written; an Encoder for its own devices."""
+    shape = mesh_shape(cfg.mesh, n_devices, holder)
+    try:
+        cfg.sharding.check_divisible(spec.arch.split_axes, shape)
+    except ValueError as e:
+        mesh = format_mesh(tuple((axis, shape[axis]) for axis in MESH_AXES))
+        raise ConfigError(f"mesh {mesh} does not fit model {spec.model_id}: {e}") from None
+    return shape
+
+
 def check_attention(attention: str, platform: str, holder: str) -> None:
     """ConfigError where `attention` cannot run on `platform` (`holder` says whose it is), naming what can.
 
@@ -128,6 +143,25 @@ def check_attention(attention: str, platform: str, holder: str) -> None:
     if not runs_on(attention, platform):
         runnable = ", ".join(name for name in ("auto", *IMPLS) if runs_on(name, platform))
         raise ConfigError(f"--attention {attention} cannot run on {holder}; these can: {runnable}")
+
+
+def check_dense(cfg: EncoderConfig, platform: str, holder: str) -> None:
+    """ConfigError where `cfg`'s dense implementation cannot run on `platform` (`holder` says whose it is) for
+    the dtype asked, named as the user gave it: onednn multiplies bfloat16 weights on a CPU.
+
+    Without JAX, so the driver asks it for the encoder actors before anything is written; an Encoder for its own."""
+    if cfg.dense != "onednn":
+        return
+    if platform != "cpu":
+        why = f"it runs on a CPU only, not on {platform}"
+    elif cfg.dtype != "bfloat16":
+        why = f"it multiplies bfloat16 weights: add --dtype bfloat16 (asked {cfg.dtype}) or use --dense auto"
+    elif (choice := choose_dtype(cfg.dtype, platform)).changed:
+        why = f"--dtype bfloat16 runs as {choice.dtype} there: {choice.reason}"
+    else:
+        why = unavailable("onednn")
+    if why is not None:
+        raise ConfigError(f"--dense onednn cannot run on {holder}: {why}")
 
 
 _warned: set[tuple[str, str]] = set()

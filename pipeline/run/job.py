@@ -238,7 +238,7 @@ def _run_on_ray(
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
-    check_encoders(placement, cfg.encoder)
+    check_encoders(placement, cfg.encoder, spec)
     log.debug("docembed: %s", placement.describe())
     # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
     cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))

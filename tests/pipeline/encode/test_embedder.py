@@ -135,7 +135,10 @@ def test_an_unknown_attention_name_fails_at_load_not_at_trace_time():
     "options, message",
     [
         ({"attention": "cudnn"}, "--attention cudnn cannot run on cpu; these can: auto, reference"),
-        ({"dense": "onednn", "dtype": "float32"}, "--dense onednn with --dtype float32: .*takes bfloat16 weights"),
+        (
+            {"dense": "onednn", "dtype": "float32"},
+            "--dense onednn cannot run on cpu: it multiplies bfloat16 weights: add --dtype bfloat16 .asked float32.",
+        ),
         ({"max_tokens": 0}, "max_tokens 0 leaves no room for text"),  # 0 was taken for "the model's window"
         ({"max_tokens": 2}, "max_tokens 2 leaves no room for text: the special tokens take 2"),
     ],
