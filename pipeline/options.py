@@ -96,7 +96,7 @@ OPTIONS = (
         "put before every chunk (search: before the query, e.g. search_query); '' for none "
         "(default: the model's default prompt, if any)",
         metavar="NAME|TEXT",
-        commands=("embed", "search"),
+        commands=("embed", "capacity", "search"),
     ),
     Option(
         "--dim",
@@ -340,14 +340,15 @@ def extract_config(values: dict[str, Any]) -> ExtractConfig:
 
 
 def _shared_config(values: dict[str, Any]) -> dict[str, Any]:
-    """What the job and its capacity planner take alike: the inputs, the model and its window, the shards'
-    fields, extraction and the encoder; JobConfig's and CapacityConfig's fields of the same names."""
+    """What the job and its capacity planner take alike: the inputs, the model, its window and prompt, the
+    shards' fields, extraction and the encoder; JobConfig's and CapacityConfig's fields of the same names."""
     return {
         "inputs": tuple(values["input"]),
         "model": values["model"],
         "max_tokens": values["max_tokens"],
         "overlap": values["overlap"],
         "chunking": values["chunking"],
+        "prompt": values["prompt"],
         "id_field": values["id_field"],
         "text_field": values["text_field"],
         "extract": extract_config(values),
@@ -362,7 +363,6 @@ def job_config(values: dict[str, Any]) -> JobConfig:
     return JobConfig(
         **_shared_config(values),
         output=values["output"],
-        prompt=values["prompt"],
         resources=Resources(encode_actors=values["encoders"]),
         accelerator=values["accelerator"],
         compile_cache=values["compile_cache"] or None,

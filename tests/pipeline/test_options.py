@@ -1,6 +1,8 @@
 import pytest
 
 from pipeline.cli import COMMANDS
+from pipeline.config import chunks_and_encoder
+from pipeline.encode import model_dir
 from pipeline.errors import ConfigError
 from pipeline.options import OPTIONS, capacity_config, job_config, options_of, parse_job_args, parse_options
 
@@ -130,3 +132,15 @@ def test_every_command_in_the_table_is_a_docembed_command():
 def test_the_capacity_planners_own_options_are_checked(argv, message):
     with pytest.raises(ConfigError, match=message):
         capacity_config(parse_options(["--input", "a", *argv], "capacity", prog="capacity"))
+
+
+def test_the_capacity_planner_cuts_chunks_and_measures_the_encoder_as_the_job_does():
+    """Its chunks carry the job's prompt, and the encoder runs at their window: the capacity planner once had no
+    --prompt and measured the encoder at the model's window whatever --max-tokens said."""
+    argv = ["--input", "a", "--max-tokens", "64", "--overlap", "8", "--prompt", "query: "]
+    job = job_config(parse_options([*argv, "--output", "o"], "embed", prog="embed"))
+    planned = capacity_config(parse_options(argv, "capacity", prog="capacity"))
+    spec = model_dir.resolve(None)
+    chunking, encoder = chunks_and_encoder(spec, planned)
+    assert (chunking, encoder) == chunks_and_encoder(spec, job)
+    assert (chunking.max_tokens, chunking.prompt, encoder.max_tokens) == (64, "query: ", 64)
