@@ -109,6 +109,8 @@ def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") ->
     """Fills in the axes `mesh` leaves out and checks that `holder` has the devices.
 
     The driver calls it too, with each encoder actor's device count, before anything is written."""
+    if n_devices < 1:  # else a mesh of data=0 would pass, and fail as batches of no rows
+        raise ConfigError(f"{holder} has no devices to lay a mesh over")
     shape = dict(mesh)
     model = shape.setdefault("model", 1)
     if "data" not in shape:
