@@ -80,6 +80,25 @@ def test_bad_config_files_are_refused_clearly(tmp_path, text, message):
         parse_job_args(["--config", write(tmp_path, text)])
 
 
+def test_flags_override_the_files_switches_too(tmp_path):
+    path = write(tmp_path, "input: a\noutput: o\nquiet: true\noverwrite: true\n")
+    assert (parse_job_args(["--config", path]).verbosity, parse_job_args(["--config", path]).overwrite) == (
+        "quiet",
+        True,
+    )
+    assert parse_job_args(["--config", path, "--verbose"]).verbosity == "verbose"  # once: they exclude each other
+    assert parse_job_args(["--config", path, "--no-quiet"]).verbosity == "normal"
+    assert parse_job_args(["--config", path, "--no-verbose"]).verbosity == "quiet"
+    assert not parse_job_args(["--config", path, "--no-overwrite"]).overwrite
+    with pytest.raises(ConfigError, match="--quiet and --verbose exclude each other"):
+        parse_job_args(["--config", path, "--quiet", "--verbose"])
+
+
+def test_a_key_given_in_both_spellings_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="'max-tokens' and 'max_tokens' are the same option"):
+        parse_job_args(["--config", write(tmp_path, "input: a\noutput: o\nmax-tokens: 9999\nmax_tokens: 64\n")])
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read --config"):
         parse_job_args(["--config", str(tmp_path / "nope.yaml")])
