@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import types
+import typing
 
 from kernels import encoders
 from kernels.attention import IMPLS, runs_on
@@ -59,6 +61,7 @@ class EncoderConfig:
     dim: int | None = None
 
     def __post_init__(self):
+        _check_types(self)
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.attention not in ("auto", *IMPLS):
@@ -76,6 +79,28 @@ class EncoderConfig:
     def running_on(self, platform: str) -> EncoderConfig:
         """This config with the dtype an encoder on `platform` runs (see `compute_dtype`)."""
         return dataclasses.replace(self, dtype=compute_dtype(self.dtype, platform))
+
+
+def _check_types(cfg: EncoderConfig) -> None:
+    """TypeError naming the first field whose value is not of its annotated type: `Embedder.load` passes its
+    keyword arguments through unchecked, and `packing="off"` would run packing on (a non-empty string is
+    true), where a float size or a string window would fail only inside the encoder."""
+    pairs = isinstance(cfg.mesh, tuple) and all(
+        isinstance(pair, tuple) and tuple(map(type, pair)) == (str, int) for pair in cfg.mesh
+    )
+    if not pairs:
+        raise TypeError(
+            f"encoder option mesh must be (axis, size) pairs, as parse_mesh('data=2') gives, got {cfg.mesh!r}"
+        )
+    hints = typing.get_type_hints(EncoderConfig)
+    for field in dataclasses.fields(cfg):
+        value, hint = getattr(cfg, field.name), hints[field.name]
+        members = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        allowed = tuple(typing.get_origin(t) or t for t in members)  # tuple[...] -> tuple
+        # bool is an int to isinstance, but True rows per device is no size.
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+            raise TypeError(f"encoder option {field.name} must be {names}, got {value!r}")
 
 
 def parse_mesh(text: str) -> MeshShape:
