@@ -11,7 +11,7 @@ from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io.uris import redact, scheme_of
-from pipeline.text.chunking import ChunkingConfig
+from pipeline.text.chunking import DEFAULT_OVERLAP, ChunkingConfig
 from pipeline.text.tokenizer import Tokenizer
 
 # What the job prints while it runs: see pipeline.run.console.
@@ -43,7 +43,7 @@ class JobConfig:
     output: str
     model: str | None = None  # model directory, URI or hub id; None for the bundled default
     max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
-    overlap: int = 32
+    overlap: int = DEFAULT_OVERLAP
     chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
     # --prompt NAME|TEXT: a prompt name of the model's or the text itself; None: the model's default prompt, if any.
     prompt: str | None = None
@@ -82,7 +82,7 @@ class CapacityConfig:
     inputs: tuple[str, ...]
     model: str | None = None
     max_tokens: int | None = None
-    overlap: int = 32
+    overlap: int = DEFAULT_OVERLAP
     chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
     prompt: str | None = None  # as JobConfig's: its tokens are part of every chunk
     id_field: str = "id"

@@ -31,7 +31,7 @@ from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.text.chunking import CHUNKING_MODES
+from pipeline.text.chunking import CHUNKING_MODES, DEFAULT_OVERLAP
 
 ON_OFF = ("on", "off")
 # Switches of which one excludes the others: one turned on on the command line turns the file's others off.
@@ -110,7 +110,12 @@ OPTIONS = (
         commands=EMBED_CAPACITY,
     ),
     Option(
-        "--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N", commands=EMBED_CAPACITY
+        "--overlap",
+        int,
+        f"tokens shared by neighbouring chunks (default {DEFAULT_OVERLAP})",
+        DEFAULT_OVERLAP,
+        metavar="N",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--chunking",

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from pipeline.cli import COMMANDS
@@ -163,3 +165,11 @@ def test_the_capacity_planner_cuts_chunks_and_measures_the_encoder_as_the_job_do
     chunking, encoder = chunks_and_encoder(spec, planned)
     assert (chunking, encoder) == chunks_and_encoder(spec, job)
     assert (chunking.max_tokens, chunking.prompt, encoder.max_tokens) == (64, "query: ", 64)
+
+
+def test_a_small_max_tokens_alone_is_told_the_overlap_is_the_default_and_what_to_pass():
+    spec = model_dir.resolve(None)  # 2 special tokens: a window of 8 holds 6 of the text's
+    for given, got in [([], "the default 32: pass --overlap N with N < 6"), (["--overlap", "7"], "7")]:
+        values = parse_options(["--input", "a", "--max-tokens", "8", *given], "capacity", prog="capacity")
+        with pytest.raises(ConfigError, match=re.escape(f"--overlap must be in [0, 6) for --max-tokens 8, got {got}")):
+            chunks_and_encoder(spec, capacity_config(values))
