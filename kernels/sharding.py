@@ -52,25 +52,6 @@ def named_shardings(axes: Any, rules: ShardingRules, mesh: Mesh) -> Any:
     return jax.tree.map(lambda logical: NamedSharding(mesh, spec(rules, logical)), axes)
 
 
-def check_divisible(arrays: Any, axes: Any, rules: ShardingRules, mesh: Mesh) -> None:
-    """Raises ValueError naming every logical axis whose size its mesh axis does not divide.
-
-    `arrays`: a pytree of arrays (anything with `.shape`); `axes`: the same
-    pytree with a logical P for each array.
-    """
-    problems: dict[str, str] = {}
-
-    def check(logical: P, array) -> None:
-        for name, size in zip(logical, array.shape):
-            shards = axis_size(mesh, rules, name)
-            if size % shards:
-                problems[name] = f"{name} ({size}) over mesh axis {rules.mesh_axis(name)!r} of size {shards}"
-
-    jax.tree.map(check, axes, arrays)
-    if problems:
-        raise ValueError(f"cannot split {' nor '.join(problems.values())}")
-
-
 def sum_shards(x: jax.Array, logical: str, rules: ShardingRules | None) -> jax.Array:
     """Completes a contraction over a split logical axis: x holds this device's
     partial sum over its slice of `logical`; psum adds the other slices.

@@ -7,6 +7,7 @@ driver, which builds and checks that config, never imports JAX.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 MESH_AXES = ("data", "model")
 
@@ -29,3 +30,15 @@ class ShardingRules:
 
     def mesh_axis(self, logical: str) -> str | None:
         return self._table().get(logical)
+
+    def check_divisible(self, lengths: Mapping[str, int], mesh: Mapping[str, int]) -> None:
+        """Raises ValueError naming every logical axis whose length (`lengths`: logical axis -> length) the size
+        of its mesh axis (`mesh`: mesh axis -> size) does not divide. Plain numbers: the job's driver checks a
+        mesh against a model's config before any encoder loads its weights."""
+        problems = [
+            f"{name} ({length}) over mesh axis {axis!r} of size {mesh[axis]}"
+            for name, length in lengths.items()
+            if (axis := self.mesh_axis(name)) is not None and length % mesh[axis]
+        ]
+        if problems:
+            raise ValueError(f"cannot split {' nor '.join(problems)}")

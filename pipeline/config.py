@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
-from pipeline.encode.encoder_config import EncoderConfig
+from pipeline.encode.encoder_config import EncoderConfig, check_shape
+from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io.uris import redact, scheme_of
+from pipeline.text.chunking import DEFAULT_OVERLAP, ChunkingConfig
 
 # What the job prints while it runs: see pipeline.run.console.
 VERBOSITY = ("quiet", "normal", "verbose")
@@ -40,7 +43,7 @@ class JobConfig:
     output: str
     model: str | None = None  # model directory, URI or hub id; None for the bundled default
     max_tokens: int | None = None  # window size incl. special tokens; None for the model's max_seq_length
-    overlap: int = 32
+    overlap: int = DEFAULT_OVERLAP
     chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
     # --prompt NAME|TEXT: a prompt name of the model's or the text itself; None: the model's default prompt, if any.
     prompt: str | None = None
@@ -79,8 +82,9 @@ class CapacityConfig:
     inputs: tuple[str, ...]
     model: str | None = None
     max_tokens: int | None = None
-    overlap: int = 32
+    overlap: int = DEFAULT_OVERLAP
     chunking: str = "boundaries"  # where chunks end: pipeline.text.chunking.CHUNKING_MODES
+    prompt: str | None = None  # as JobConfig's: its tokens are part of every chunk
     id_field: str = "id"
     text_field: str = "text"
     extract: ExtractConfig = ExtractConfig()
@@ -99,3 +103,16 @@ class CapacityConfig:
             raise ConfigError(f"--encoder-tokens-per-s must be positive, got {self.encoder_tokens_per_s:g}")
         if not 0 < self.headroom < math.inf:
             raise ConfigError(f"--headroom must be positive, got {self.headroom:g}")
+
+
+def chunks_and_encoder(spec: ModelSpec, cfg: JobConfig | CapacityConfig) -> tuple[ChunkingConfig, EncoderConfig]:
+    """How `cfg` cuts chunks for the model `spec`, and its encoder at the chunks' window (`--max-tokens`, else
+    the model's), both checked against the model: the job's stages and the capacity planner run these."""
+    prompt = spec.prompt_text(cfg.prompt)
+    chunking = ChunkingConfig(
+        max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, prompt=prompt, mode=cfg.chunking
+    )
+    encoder = dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens)
+    check_shape(spec, encoder)
+    chunking.validate(model_dir.tokenizer(spec.path, prompt=prompt).n_special, spec.arch.max_tokens)
+    return chunking, encoder

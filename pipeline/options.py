@@ -8,8 +8,10 @@ table's default where the command does not take it or it was not given, so a
 config builder below never meets a missing key (a test checks that every key a
 command's builders read is one the command takes). `embed` also reads a YAML
 file (`--config job.yaml`) that may set any of its options; flags given on the
-command line win. Unknown keys and values of the wrong type are refused with
-one line naming the key.
+command line win (`--no-FLAG` undoes a file's `FLAG: true`, and `--verbose` a
+file's `quiet: true`). Unknown keys, a key given twice (`max-tokens` and
+`max_tokens`) and values of the wrong type are refused with one line naming
+the key.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ from pipeline.encode.placement import ACCELERATORS
 from pipeline.errors import ConfigError
 from pipeline.extract import PDF_EXTRACTORS
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.text.chunking import CHUNKING_MODES
+from pipeline.text.chunking import CHUNKING_MODES, DEFAULT_OVERLAP
 
 ON_OFF = ("on", "off")
+# Switches of which one excludes the others: one turned on on the command line turns the file's others off.
+EXCLUSIVE = (frozenset({"quiet", "verbose"}),)
 # Which commands take an option: the job, and the capacity planner, which runs the job's stages on a sample.
 EMBED = ("embed",)
 EMBED_CAPACITY = ("embed", "capacity")
@@ -96,7 +100,7 @@ OPTIONS = (
         "put before every chunk (search: before the query, e.g. search_query); '' for none "
         "(default: the model's default prompt, if any)",
         metavar="NAME|TEXT",
-        commands=("embed", "search"),
+        commands=("embed", "capacity", "search"),
     ),
     Option(
         "--dim",
@@ -106,7 +110,12 @@ OPTIONS = (
         commands=EMBED_CAPACITY,
     ),
     Option(
-        "--overlap", int, "tokens shared by neighbouring chunks (default 32)", 32, metavar="N", commands=EMBED_CAPACITY
+        "--overlap",
+        int,
+        f"tokens shared by neighbouring chunks (default {DEFAULT_OVERLAP})",
+        DEFAULT_OVERLAP,
+        metavar="N",
+        commands=EMBED_CAPACITY,
     ),
     Option(
         "--chunking",
@@ -257,6 +266,8 @@ def parse_options(
         _add_argument(parser, o, required=o.required and not config_file)
     typed = vars(parser.parse_args(argv))
     from_file = read_config_file(typed.pop("config"), taken) if "config" in typed else {}
+    overridden = {key for group in EXCLUSIVE if any(typed.get(on) for on in group) for key in group}
+    from_file = {key: value for key, value in from_file.items() if key not in overridden}
     values = {o.key: o.default for o in OPTIONS} | from_file | typed
     if config_file:  # without one, the parser itself requires them
         for o in taken:
@@ -266,8 +277,8 @@ def parse_options(
 
 
 def _add_argument(p: argparse.ArgumentParser, o: Option, *, required: bool) -> None:
-    if o.type is bool:
-        p.add_argument(o.flag, action="store_true", help=o.help)
+    if o.type is bool:  # --no-FLAG too: it undoes the file's `FLAG: true`
+        p.add_argument(o.flag, action=argparse.BooleanOptionalAction, help=o.help)
         return
     p.add_argument(
         o.flag,
@@ -310,11 +321,14 @@ def read_config_file(path: str, options: tuple[Option, ...]) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of option: value")
     by_key = {o.key: o for o in options}
-    values = {}
+    values, spelled = {}, {}
     for key, value in raw.items():
         option = by_key.get(str(key).replace("-", "_"))
         if option is None:
             raise ConfigError(f"--config {path}: unknown key {key!r}; known: {', '.join(sorted(by_key))}")
+        if option.key in spelled:  # `max-tokens` and `max_tokens`: one would silently win
+            raise ConfigError(f"--config {path}: {spelled[option.key]!r} and {key!r} are the same option")
+        spelled[option.key] = key
         values[option.key] = _check_value(option, value, f"--config {path}")
     return values
 
@@ -340,14 +354,15 @@ def extract_config(values: dict[str, Any]) -> ExtractConfig:
 
 
 def _shared_config(values: dict[str, Any]) -> dict[str, Any]:
-    """What the job and its capacity planner take alike: the inputs, the model and its window, the shards'
-    fields, extraction and the encoder; JobConfig's and CapacityConfig's fields of the same names."""
+    """What the job and its capacity planner take alike: the inputs, the model, its window and prompt, the
+    shards' fields, extraction and the encoder; JobConfig's and CapacityConfig's fields of the same names."""
     return {
         "inputs": tuple(values["input"]),
         "model": values["model"],
         "max_tokens": values["max_tokens"],
         "overlap": values["overlap"],
         "chunking": values["chunking"],
+        "prompt": values["prompt"],
         "id_field": values["id_field"],
         "text_field": values["text_field"],
         "extract": extract_config(values),
@@ -362,7 +377,6 @@ def job_config(values: dict[str, Any]) -> JobConfig:
     return JobConfig(
         **_shared_config(values),
         output=values["output"],
-        prompt=values["prompt"],
         resources=Resources(encode_actors=values["encoders"]),
         accelerator=values["accelerator"],
         compile_cache=values["compile_cache"] or None,

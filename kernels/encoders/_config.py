@@ -131,6 +131,12 @@ class ModelConfig:
                 )
 
     @property
+    def split_axes(self) -> dict[str, int]:
+        """The lengths of the logical axes a mesh may split (kernels.sharding_rules): every parameter's
+        heads axis is num_heads long and its mlp axis intermediate_size (a test holds every family to it)."""
+        return {"heads": self.num_heads, "mlp": self.intermediate_size}
+
+    @property
     def kinds(self) -> tuple[LayerKind, ...]:
         """The distinct layer kinds, in order of first use."""
         return tuple(dict.fromkeys(self.layer_kinds))

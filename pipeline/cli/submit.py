@@ -1,12 +1,14 @@
 """`ray job submit` for docembed, checked first.
 
 Runs `ray job submit --working-dir . --runtime-env jobs/runtime_env.yaml` with
-the options and command given (either default is left out when given). Before
-it, Ray's own job client (ray.job_submission.JobSubmissionClient, as the CLI
-makes it) connects to the cluster's job API: when the head refuses this shell's
-credentials (401 or 403: token authentication is on, and this shell sends no
-token or another one), or when no head answers, it prints one line saying what
-to set, and exits 2, where the CLI would end in a traceback.
+the options and command given (either default is left out when given, the
+runtime env also when --runtime-env-json gives one). Before it, Ray's own job
+client (ray.job_submission.JobSubmissionClient, as the CLI makes it) connects
+to the cluster's job API: when the head refuses this shell's credentials (401
+or 403: token authentication is on, and this shell sends no token or another
+one), when no head answers, or when an HTTP server that is not Ray's job API
+does, it prints one line saying what to set, and exits 2, where the CLI would
+end in a traceback.
 
 Why a check here: Ray 2.60 turns token authentication on for a head started
 with `ray start --head` when ~/.ray/auth_token exists (any local `ray.init()`,
@@ -18,17 +20,27 @@ any docembed code runs on the cluster, so this is the one place of ours that see
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
-from ray.exceptions import AuthenticationError, RayError
+from ray.exceptions import AuthenticationError, RayError, RpcError
 
 from pipeline.cli import error_line
 
-DEFAULTS = {"--working-dir": ".", "--runtime-env": "jobs/runtime_env.yaml"}
+# Each default, and the options that give what it gives: Ray refuses --runtime-env beside --runtime-env-json.
+DEFAULTS = {
+    "--working-dir": (".", ("--working-dir",)),
+    "--runtime-env": ("jobs/runtime_env.yaml", ("--runtime-env", "--runtime-env-json")),
+}
+# How long a head's address may take to accept a connection before it is taken for unreachable.
+CONNECT_TIMEOUT_S = 5
+DASHBOARD = "http://HEAD:8265"  # the job API's address: the dashboard's
+REACH = f"start the cluster (`ray up cluster.yaml`) or set RAY_ADDRESS to its dashboard, {DASHBOARD}"
 # What to set, by what this shell sends: the CLI sends the token only with RAY_AUTH_MODE=token.
 HINTS = {
     "no token": "{head} requires token authentication and this shell sends no token: export RAY_AUTH_MODE=token "
@@ -48,18 +60,48 @@ def option(options: list[str], flag: str) -> str | None:
     return None
 
 
+def head_address(options: list[str]) -> str | None:
+    """The head's address as the job client picks it: the environment wins over --address."""
+    return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or option(options, "--address")
+
+
 def head_named(options: list[str]) -> str:
-    """The head as the job client picks its address (the environment wins over --address), for the message."""
-    address = os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or option(options, "--address")
+    """The head, for the message."""
+    address = head_address(options)
     return f"the Ray head at {address}" if address else "the local Ray head"
+
+
+def not_a_gcs(address: str, head: str) -> str | None:
+    """One line where a cluster address without a scheme (HOST:PORT) cannot be the head's GCS, which the job
+    client takes it for and retries for about 40 s (and `ray job submit` as long again): nothing listens
+    there, or an HTTP server does (the dashboard's address given without http://). Else None."""
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():  # `auto` and the like: Ray's to resolve
+        return None
+    host = host.strip("[]")  # an IPv6 literal
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        return f"cannot reach {head} ({e}): {REACH}"
+    try:  # a GCS speaks gRPC, which answers HTTP/1.1 with no status line
+        web = http.client.HTTPConnection(host, int(port), timeout=CONNECT_TIMEOUT_S)
+        web.request("GET", "/api/version")
+        web.getresponse().close()
+    except (OSError, http.client.HTTPException):
+        return None
+    return f"{head} answers HTTP, so it is no GCS address: give the job API's with its scheme, http://{address}"
 
 
 def refusal(options: list[str]) -> str | None:
     """One line saying what to set when the job API refuses this shell's credentials, else None.
 
-    An unreachable head is one line too. Anything else (Ray's job client not
-    installed, bad --headers) is left to `ray job submit`, in its own words.
+    An unreachable head, and an HTTP server that is not Ray's job API, are one
+    line too. Anything else (Ray's job client not installed, bad --headers) is
+    left to `ray job submit`, in its own words.
     """
+    head, address = head_named(options), head_address(options)
+    if address and "://" not in address and (problem := not_a_gcs(address, head)):
+        return problem
     try:
         from ray.job_submission import JobSubmissionClient
 
@@ -67,13 +109,13 @@ def refusal(options: list[str]) -> str | None:
         JobSubmissionClient(option(options, "--address"), headers=json.loads(headers) if headers else None)
     except AuthenticationError:
         sends = "token" if os.environ.get("RAY_AUTH_MODE") == "token" else "no token"
-        return HINTS[sends].format(head=head_named(options))
-    except ConnectionError as e:  # the CLI would print it under five tracebacks
-        return (
-            f"cannot reach {head_named(options)} ({str(e).strip()}): start the cluster (`ray up cluster.yaml`) "
-            "or set RAY_ADDRESS to its dashboard, http://HEAD:8265"
-        )
-    except (ImportError, OSError, RuntimeError, RayError, TypeError, ValueError):
+        return HINTS[sends].format(head=head)
+    except (ConnectionError, RpcError) as e:  # the CLI would print it under five tracebacks, after as long again
+        return f"cannot reach {head} ({str(e).strip()}): {REACH}"
+    except RuntimeError as e:
+        if "returned 404" in str(e):  # the job client's words for an HTTP server without the job API
+            return f"{head} answers HTTP but is not Ray's job API (404): give its dashboard's address, {DASHBOARD}"
+    except (ImportError, OSError, RayError, TypeError, ValueError):
         pass  # `ray job submit` says what is wrong in its own words
     return None
 
@@ -102,5 +144,5 @@ def main(argv: list[str] | None = None, prog: str = "jobs/submit.py") -> int:
     if problem:
         return error_line(problem)
     given = {arg.split("=", 1)[0] for arg in options}
-    defaults = [part for flag, value in DEFAULTS.items() if flag not in given for part in (flag, value)]
+    defaults = [part for flag, (value, givers) in DEFAULTS.items() if not given & set(givers) for part in (flag, value)]
     os.execv(cli, [cli, "job", "submit", *defaults, *options, *command])

@@ -22,6 +22,8 @@ import math
 import os
 import re
 
+from pipeline.errors import ConfigError
+
 log = logging.getLogger("docembed")
 
 # At most this many devices by default. Each device holds its own copy of the
@@ -34,11 +36,20 @@ MAX_CPU_DEVICES = 8
 
 def forced_cpu_devices(environ=os.environ) -> int | None:
     """The CPU device count the user chose in `environ`, or None: JAX_NUM_CPU_DEVICES wins over
-    XLA_FLAGS' --xla_force_host_platform_device_count, as in JAX."""
-    if int(environ.get("JAX_NUM_CPU_DEVICES", -1)) >= 0:
-        return int(environ["JAX_NUM_CPU_DEVICES"])
-    forced = re.search(r"--xla_force_host_platform_device_count=(\d+)", environ.get("XLA_FLAGS", ""))
-    return int(forced.group(1)) if forced else None
+    XLA_FLAGS' --xla_force_host_platform_device_count, as in JAX.
+
+    ConfigError where the count is not a positive whole number: the driver asks before anything is written,
+    where an empty or 0 count would otherwise fail in JAX or in Ray Data with a traceback."""
+    if "JAX_NUM_CPU_DEVICES" in environ:
+        name, count = "JAX_NUM_CPU_DEVICES", environ["JAX_NUM_CPU_DEVICES"]
+    else:
+        forced = re.search(r"--xla_force_host_platform_device_count=(\S*)", environ.get("XLA_FLAGS", ""))
+        if forced is None:
+            return None
+        name, count = "XLA_FLAGS' --xla_force_host_platform_device_count", forced.group(1)
+    if not re.fullmatch(r"\s*[0-9]+\s*", count) or int(count) < 1:
+        raise ConfigError(f"{name} must be a positive whole number of CPU devices, got {count!r}")
+    return int(count)
 
 
 def cpu_device_count(cpus: float | None = None, environ=os.environ) -> int:

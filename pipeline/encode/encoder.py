@@ -20,7 +20,6 @@ import numpy as np
 from kernels import encoders, sharding
 from kernels.attention import ran as attention_ran
 from kernels.compute_dtype import activation_dtype
-from kernels.dense import choose as choose_dense
 from kernels.dense import ran as dense_ran
 from pipeline.encode.batching import BatchingConfig, EncodeStats, make_batches
 from pipeline.encode.cpu_devices import use_cpu_devices
@@ -28,13 +27,12 @@ from pipeline.encode.encoder_config import (
     DEFAULT_BATCH_SIZE,
     EncoderConfig,
     check_attention,
+    check_dense,
+    check_mesh,
     check_shape,
     compute_dtype,
-    format_mesh,
-    mesh_shape,
 )
 from pipeline.encode.model_dir import ModelSpec, load_params
-from pipeline.errors import ConfigError
 
 
 class Encoder:
@@ -57,20 +55,15 @@ class Encoder:
         if devices is None:
             use_cpu_devices()
             devices = jax.local_devices()
-        self.mesh = sharding.make_mesh(mesh_shape(cfg.mesh, len(devices)), devices)
+        self.mesh = sharding.make_mesh(check_mesh(spec, cfg, len(devices)), devices)
         rules = cfg.sharding
         self.dtype = compute_dtype(cfg.dtype, devices[0].platform)
         activations = activation_dtype(self.dtype, devices[0].platform)
-        _check_kernels(cfg, devices[0].platform, self.dtype)
+        _check_kernels(cfg, devices[0].platform)
 
         params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype), jnp.dtype(activations))
         params["layers"] = encoders.bfloat16_as_bits(params["layers"])  # as forward scans them
         param_axes = encoders.param_axes(params)
-        try:
-            sharding.check_divisible(params, param_axes, rules, self.mesh)
-        except ValueError as e:
-            shape = format_mesh(tuple(self.mesh.shape.items()))
-            raise ConfigError(f"mesh {shape} does not fit model {spec.model_id}: {e}") from None
         # Cast and split on the host, so each device receives only its own shard.
         self._params = jax.device_put(params, sharding.named_shardings(param_axes, rules, self.mesh))
 
@@ -134,15 +127,11 @@ def _head(out_BSD, normalize: bool, truncate_dim: int | None, dim: int | None):
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
 
-def _check_kernels(cfg: EncoderConfig, platform: str, dtype: str) -> None:
+def _check_kernels(cfg: EncoderConfig, platform: str) -> None:
     """ConfigError now, where a named attention or dense kernel cannot run here, not a ValueError at the
-    first call's trace (the job's driver checks attention before it starts, with the same check_attention)."""
+    first call's trace (the job's driver checks both before it starts, with the same checks)."""
     check_attention(cfg.attention, platform, platform)
-    if cfg.dense == "onednn":
-        try:
-            choose_dense(jnp.dtype(dtype), jnp.dtype(dtype), cfg.dense)
-        except ValueError as e:
-            raise ConfigError(f"--dense onednn with --dtype {dtype}: {e}") from None
+    check_dense(cfg, platform, platform)
 
 
 def _embed(

@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import types
+import typing
 
 from kernels import encoders
 from kernels.attention import IMPLS, runs_on
 from kernels.compute_dtype import DTYPES, choose_dtype
 from kernels.dense import IMPLS as DENSE_IMPLS
+from kernels.dense import unavailable
 from kernels.sharding_rules import MESH_AXES, ShardingRules
 from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
@@ -58,6 +61,7 @@ class EncoderConfig:
     dim: int | None = None
 
     def __post_init__(self):
+        _check_types(self)
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.attention not in ("auto", *IMPLS):
@@ -75,6 +79,28 @@ class EncoderConfig:
     def running_on(self, platform: str) -> EncoderConfig:
         """This config with the dtype an encoder on `platform` runs (see `compute_dtype`)."""
         return dataclasses.replace(self, dtype=compute_dtype(self.dtype, platform))
+
+
+def _check_types(cfg: EncoderConfig) -> None:
+    """TypeError naming the first field whose value is not of its annotated type: `Embedder.load` passes its
+    keyword arguments through unchecked, and `packing="off"` would run packing on (a non-empty string is
+    true), where a float size or a string window would fail only inside the encoder."""
+    pairs = isinstance(cfg.mesh, tuple) and all(
+        isinstance(pair, tuple) and tuple(map(type, pair)) == (str, int) for pair in cfg.mesh
+    )
+    if not pairs:
+        raise TypeError(
+            f"encoder option mesh must be (axis, size) pairs, as parse_mesh('data=2') gives, got {cfg.mesh!r}"
+        )
+    hints = typing.get_type_hints(EncoderConfig)
+    for field in dataclasses.fields(cfg):
+        value, hint = getattr(cfg, field.name), hints[field.name]
+        members = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        allowed = tuple(typing.get_origin(t) or t for t in members)  # tuple[...] -> tuple
+        # bool is an int to isinstance, but True rows per device is no size.
+        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+            names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+            raise TypeError(f"encoder option {field.name} must be {names}, got {value!r}")
 
 
 def parse_mesh(text: str) -> MeshShape:
@@ -108,6 +134,8 @@ def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") ->
     """Fills in the axes `mesh` leaves out and checks that `holder` has the devices.
 
     The driver calls it too, with each encoder actor's device count, before anything is written."""
+    if n_devices < 1:  # else a mesh of data=0 would pass, and fail as batches of no rows
+        raise ConfigError(f"{holder} has no devices to lay a mesh over")
     shape = dict(mesh)
     model = shape.setdefault("model", 1)
     if "data" not in shape:
@@ -121,6 +149,20 @@ def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") ->
     return shape
 
 
+def check_mesh(spec: ModelSpec, cfg: EncoderConfig, n_devices: int, holder: str = "this process") -> dict[str, int]:
+    """`cfg`'s mesh over `holder`'s `n_devices` (`mesh_shape`), checked against the model: each mesh axis must
+    divide the heads and MLP split over it.
+
+    The driver asks it for each encoder actor before anything is written; an Encoder for its own devices."""
+    shape = mesh_shape(cfg.mesh, n_devices, holder)
+    try:
+        cfg.sharding.check_divisible(spec.arch.split_axes, shape)
+    except ValueError as e:
+        mesh = format_mesh(tuple((axis, shape[axis]) for axis in MESH_AXES))
+        raise ConfigError(f"mesh {mesh} does not fit model {spec.model_id}: {e}") from None
+    return shape
+
+
 def check_attention(attention: str, platform: str, holder: str) -> None:
     """ConfigError where `attention` cannot run on `platform` (`holder` says whose it is), naming what can.
 
@@ -128,6 +170,25 @@ def check_attention(attention: str, platform: str, holder: str) -> None:
     if not runs_on(attention, platform):
         runnable = ", ".join(name for name in ("auto", *IMPLS) if runs_on(name, platform))
         raise ConfigError(f"--attention {attention} cannot run on {holder}; these can: {runnable}")
+
+
+def check_dense(cfg: EncoderConfig, platform: str, holder: str) -> None:
+    """ConfigError where `cfg`'s dense implementation cannot run on `platform` (`holder` says whose it is) for
+    the dtype asked, named as the user gave it: onednn multiplies bfloat16 weights on a CPU.
+
+    Without JAX, so the driver asks it for the encoder actors before anything is written; an Encoder for its own."""
+    if cfg.dense != "onednn":
+        return
+    if platform != "cpu":
+        why = f"it runs on a CPU only, not on {platform}"
+    elif cfg.dtype != "bfloat16":
+        why = f"it multiplies bfloat16 weights: add --dtype bfloat16 (asked {cfg.dtype}) or use --dense auto"
+    elif (choice := choose_dtype(cfg.dtype, platform)).changed:
+        why = f"--dtype bfloat16 runs as {choice.dtype} there: {choice.reason}"
+    else:
+        why = unavailable("onednn")
+    if why is not None:
+        raise ConfigError(f"--dense onednn cannot run on {holder}: {why}")
 
 
 _warned: set[tuple[str, str]] = set()

@@ -6,8 +6,8 @@ data-parallel through Ray and never talk to each other. `place_encoders` decides
 from the cluster's node list alone, so it is testable without a cluster, and it
 fails fast when the requested accelerator is absent instead of leaving actors
 pending forever. `check_encoders` then holds the encoder's options (mesh,
-attention) to the devices the placement gives each actor, also before anything
-is written.
+attention, dense) to the model and the devices the placement gives each actor,
+also before anything is written.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import dataclasses
 import math
 
 from pipeline.encode.cpu_devices import cpu_device_count
-from pipeline.encode.encoder_config import EncoderConfig, check_attention, mesh_shape
+from pipeline.encode.encoder_config import EncoderConfig, check_attention, check_dense, check_mesh
+from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
 
 ACCELERATORS = ("auto", "tpu", "gpu", "cpu")
@@ -125,11 +126,13 @@ def _size_cpu_stages(placement: EncoderPlacement, cluster_cpus: float) -> Encode
     return dataclasses.replace(placement, max_cpu_actors=slots - placement.writers)
 
 
-def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig) -> None:
-    """Raises ConfigError when `encoder`'s mesh or attention implementation cannot run on the placed actors.
+def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig, spec: ModelSpec) -> None:
+    """Raises ConfigError when `encoder`'s mesh (for model `spec`), attention or dense implementation cannot run
+    on the placed actors: the checks each Encoder makes of its own, made before anything is written.
 
     The batch size needs no check: it counts rows per data shard, so every batch
     splits evenly over any data axis (`pipeline.encode.batching`).
     """
-    mesh_shape(encoder.mesh, placement.devices_per_actor, f"each {placement.kind} encoder actor")
+    check_mesh(spec, encoder, placement.devices_per_actor, f"each {placement.kind} encoder actor")
     check_attention(encoder.attention, placement.kind, f"the {placement.kind} encoder actors")
+    check_dense(encoder, placement.kind, f"the {placement.kind} encoder actors")

@@ -17,7 +17,7 @@ import time
 import jax
 import pyarrow as pa
 
-from pipeline.config import CapacityConfig
+from pipeline.config import CapacityConfig, chunks_and_encoder
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.encode.placement import ACCELERATOR_HOST_CPUS
@@ -38,8 +38,7 @@ ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be ste
 def plan(cfg: CapacityConfig) -> str:
     """The CPU stages timed on a sample of the input, the encoder's rate given or measured here: the printed plan."""
     spec = model_dir.resolve(cfg.model)
-    chunking = ChunkingConfig(max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, mode=cfg.chunking)
-    chunking.validate(model_dir.tokenizer(spec.path).n_special, spec.arch.max_tokens)
+    chunking, encoder_cfg = chunks_and_encoder(spec, cfg)
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     sample = sample_cpu_stages(list(cfg.inputs), cfg.sample_docs, cfg.model, chunking, fields, cfg.extract)
     if not sample.windows:  # no rate of tokens per core, whatever the encoder's
@@ -47,7 +46,7 @@ def plan(cfg: CapacityConfig) -> str:
     if cfg.encoder_tokens_per_s:
         encoder = EncoderRate(cfg.encoder_tokens_per_s, "given with --encoder-tokens-per-s")
     else:
-        encoder = measure_encoder(cfg.model, cfg.encoder, sample.windows)
+        encoder = measure_encoder(cfg.model, encoder_cfg, sample.windows)
     return render(sample, encoder, cfg.headroom)
 
 

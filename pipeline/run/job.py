@@ -26,9 +26,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pipeline import kinds
-from pipeline.config import JobConfig
+from pipeline.config import JobConfig, chunks_and_encoder
 from pipeline.encode import model_dir
-from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig, check_shape
+from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
 from pipeline.errors import ConfigError, InputError, StorageError
@@ -160,19 +160,12 @@ def run(cfg: JobConfig) -> RunReport | None:
     limit_arenas()
     arrow_on_malloc()
     spec = model_dir.resolve(cfg.model)
-    prompt = spec.prompt_text(cfg.prompt)
-    tokenizer = model_dir.tokenizer(spec.path, prompt=prompt)
-    chunking = ChunkingConfig(
-        max_tokens=spec.window(cfg.max_tokens), overlap=cfg.overlap, prompt=prompt, mode=cfg.chunking
-    )
+    chunking, encoder = chunks_and_encoder(spec, cfg)
     # The stages load the model as resolved here (a hub id pinned to its commit) at the chunks' window.
-    encoder = dataclasses.replace(cfg.encoder, max_tokens=chunking.max_tokens)
     cfg = dataclasses.replace(cfg, model=spec.source, encoder=encoder)
-    check_shape(spec, cfg.encoder)
     model_dir.check_weights(spec)
     for flag, directory in (("--compile-cache", cfg.compile_cache), ("--profile", cfg.profile)):
         _writable_directory(flag, directory)
-    chunking.validate(tokenizer.n_special, spec.arch.max_tokens)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
     own = own_files(tree(cfg.output))
@@ -237,7 +230,7 @@ def _run_on_ray(
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
-    check_encoders(placement, cfg.encoder)
+    check_encoders(placement, cfg.encoder, spec)
     log.debug("docembed: %s", placement.describe())
     # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
     cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))

@@ -34,6 +34,8 @@ from pipeline.text.tokenizer import Tokenizer
 # Pages of a PDF are joined with this, so no token straddles a page break.
 PAGE_SEPARATOR = "\n\n"
 CHUNKING_MODES = ("boundaries", "window")
+# Tokens neighbouring chunks share unless --overlap says otherwise: part of every output's fingerprint.
+DEFAULT_OVERLAP = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,10 +54,13 @@ class ChunkingConfig:
             raise ConfigError(
                 f"--max-tokens must be in ({n_special}, {model_max}] for this model, got {self.max_tokens}"
             )
-        if not 0 <= self.overlap < self.max_tokens - n_special:
+        room = self.max_tokens - n_special
+        if not 0 <= self.overlap < room:
+            # A small --max-tokens alone meets the default: say so, and what to pass, as the user gave no --overlap.
+            given = f"the default {self.overlap}: pass --overlap N with N < {room}"
             raise ConfigError(
-                f"--overlap must be in [0, {self.max_tokens - n_special}) for --max-tokens {self.max_tokens}, "
-                f"got {self.overlap}"
+                f"--overlap must be in [0, {room}) for --max-tokens {self.max_tokens}, "
+                f"got {given if self.overlap == DEFAULT_OVERLAP else self.overlap}"
             )
 
 

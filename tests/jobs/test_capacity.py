@@ -5,9 +5,18 @@ import subprocess
 import sys
 import types
 
+from pipeline.config import CapacityConfig
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.io.shards import ShardFields
-from pipeline.run.capacity import CPU_STAGES, EncoderRate, cores_per_chip, measure_encoder, render, sample_cpu_stages
+from pipeline.run.capacity import (
+    CPU_STAGES,
+    EncoderRate,
+    cores_per_chip,
+    measure_encoder,
+    plan,
+    render,
+    sample_cpu_stages,
+)
 from pipeline.text.chunking import ChunkingConfig
 
 from support import REPO, SAMPLES
@@ -42,6 +51,11 @@ def test_cores_per_chip_is_the_ratio_of_rates_with_headroom():
 def test_the_encoder_rate_is_measured_on_this_machine():
     rate = measure_encoder(None, EncoderConfig(), [[101, 2023, 102]] * 8)
     assert rate.tokens_per_chip_s > 0 and rate.cpu_host and "CPU" in rate.source
+
+
+def test_the_encoder_is_measured_at_the_jobs_window():
+    """At the model's 256 tokens the encoder once met the sample's 512-token windows, and failed on them."""
+    assert "measured here on the CPU" in plan(CapacityConfig(inputs=(str(SAMPLES),), sample_docs=3, max_tokens=512))
 
 
 def test_command_line(tmp_path):

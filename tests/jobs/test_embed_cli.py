@@ -21,10 +21,16 @@ from support import FAMILY_FIXTURES, REPO, SAMPLES, terminal_output
 EMBED = [sys.executable, str(REPO / "jobs" / "embed.py")]
 
 
-def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
-    """The job's exit code and output; `.pid` is its process id, which names its Ray driver log."""
+def run_cli(*args, timeout=300, env=None) -> subprocess.CompletedProcess:
+    """The job's exit code and output; `.pid` is its process id, which names its Ray driver log.
+    `env`: variables set beside this process's."""
     with subprocess.Popen(
-        EMBED + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
+        EMBED + list(args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=os.environ | (env or {}),
     ) as job:
         try:
             stdout, stderr = job.communicate(timeout=timeout)
@@ -92,16 +98,30 @@ def test_user_errors_are_one_line(tmp_path, not_a_dir, args, message):
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
-def test_a_mesh_the_encoder_hosts_cannot_hold_fails_before_anything_is_written(tmp_path):
-    """The driver checks the mesh against Ray's node list: one line, exit 2, no output, no actor started."""
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        # Each CPU encoder actor has one XLA device per core of its node's share (pipeline.encode.cpu_devices).
+        (["--mesh", "data=3,model=5"], {}, r"mesh data=3,model=5 needs 15 devices; each cpu encoder actor has \d+"),
+        # The bundled model has 12 heads: 8 devices hold the mesh, the model does not split over it.
+        (
+            ["--mesh", "model=8"],
+            {"JAX_NUM_CPU_DEVICES": "8"},
+            r"mesh data=1,model=8 does not fit model .*: cannot split heads \(12\) over mesh axis 'model' of size 8",
+        ),
+        (["--dense", "onednn"], {}, r"--dense onednn cannot run on the cpu encoder actors: .*\(asked float32\).*"),
+    ],
+)
+def test_an_encoder_the_encoder_hosts_cannot_run_fails_before_anything_is_written(tmp_path, args, env, message):
+    """The driver checks the encoder's options against Ray's node list and the model: one line, exit 2, no
+    output, no actor started."""
     started = time.time()
-    result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), "--mesh", "data=3,model=5")
+    result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), *args, env=env)
     assert result.returncode == 2, result.stderr
     lines = (result.stdout + result.stderr).strip().splitlines()
     assert not not_docembeds(lines), lines  # Ray's start-up prints no INFO
     [error] = [line for line in lines if line.startswith("docembed")]
-    # Each CPU encoder actor has one XLA device per core of its node's share (pipeline.encode.cpu_devices).
-    assert re.fullmatch(r"docembed: error: mesh data=3,model=5 needs 15 devices; each cpu encoder actor has \d+", error)
+    assert re.fullmatch(f"docembed: error: {message}", error), error
     assert not (tmp_path / "out").exists()
     assert time.time() - started < 60  # Ray's start, not a run: the run in the issue took 24 s before failing
 

@@ -1,6 +1,10 @@
+import re
+
 import pytest
 
 from pipeline.cli import COMMANDS
+from pipeline.config import chunks_and_encoder
+from pipeline.encode import model_dir
 from pipeline.errors import ConfigError
 from pipeline.options import OPTIONS, capacity_config, job_config, options_of, parse_job_args, parse_options
 
@@ -78,6 +82,25 @@ def test_bad_config_files_are_refused_clearly(tmp_path, text, message):
         parse_job_args(["--config", write(tmp_path, text)])
 
 
+def test_flags_override_the_files_switches_too(tmp_path):
+    path = write(tmp_path, "input: a\noutput: o\nquiet: true\noverwrite: true\n")
+    assert (parse_job_args(["--config", path]).verbosity, parse_job_args(["--config", path]).overwrite) == (
+        "quiet",
+        True,
+    )
+    assert parse_job_args(["--config", path, "--verbose"]).verbosity == "verbose"  # once: they exclude each other
+    assert parse_job_args(["--config", path, "--no-quiet"]).verbosity == "normal"
+    assert parse_job_args(["--config", path, "--no-verbose"]).verbosity == "quiet"
+    assert not parse_job_args(["--config", path, "--no-overwrite"]).overwrite
+    with pytest.raises(ConfigError, match="--quiet and --verbose exclude each other"):
+        parse_job_args(["--config", path, "--quiet", "--verbose"])
+
+
+def test_a_key_given_in_both_spellings_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="'max-tokens' and 'max_tokens' are the same option"):
+        parse_job_args(["--config", write(tmp_path, "input: a\noutput: o\nmax-tokens: 9999\nmax_tokens: 64\n")])
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read --config"):
         parse_job_args(["--config", str(tmp_path / "nope.yaml")])
@@ -130,3 +153,23 @@ def test_every_command_in_the_table_is_a_docembed_command():
 def test_the_capacity_planners_own_options_are_checked(argv, message):
     with pytest.raises(ConfigError, match=message):
         capacity_config(parse_options(["--input", "a", *argv], "capacity", prog="capacity"))
+
+
+def test_the_capacity_planner_cuts_chunks_and_measures_the_encoder_as_the_job_does():
+    """Its chunks carry the job's prompt, and the encoder runs at their window: the capacity planner once had no
+    --prompt and measured the encoder at the model's window whatever --max-tokens said."""
+    argv = ["--input", "a", "--max-tokens", "64", "--overlap", "8", "--prompt", "query: "]
+    job = job_config(parse_options([*argv, "--output", "o"], "embed", prog="embed"))
+    planned = capacity_config(parse_options(argv, "capacity", prog="capacity"))
+    spec = model_dir.resolve(None)
+    chunking, encoder = chunks_and_encoder(spec, planned)
+    assert (chunking, encoder) == chunks_and_encoder(spec, job)
+    assert (chunking.max_tokens, chunking.prompt, encoder.max_tokens) == (64, "query: ", 64)
+
+
+def test_a_small_max_tokens_alone_is_told_the_overlap_is_the_default_and_what_to_pass():
+    spec = model_dir.resolve(None)  # 2 special tokens: a window of 8 holds 6 of the text's
+    for given, got in [([], "the default 32: pass --overlap N with N < 6"), (["--overlap", "7"], "7")]:
+        values = parse_options(["--input", "a", "--max-tokens", "8", *given], "capacity", prog="capacity")
+        with pytest.raises(ConfigError, match=re.escape(f"--overlap must be in [0, 6) for --max-tokens 8, got {got}")):
+            chunks_and_encoder(spec, capacity_config(values))

@@ -197,6 +197,18 @@ def test_the_shape_check_reads_what_the_loader_reads(name):
     assert shapes == jax.tree.map(np.shape, m.params)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_the_axes_a_mesh_splits_have_the_lengths_the_config_says(name):
+    """The mesh check reads the lengths off the config (the job's driver has no weights): every parameter agrees."""
+    m = load(name)
+    lengths = m.spec.arch.split_axes
+
+    def agrees(axes, array):
+        assert all(lengths.get(axis, length) == length for axis, length in zip(axes, array.shape)), (axes, array.shape)
+
+    jax.tree.map(agrees, encoders.param_axes(m.params), m.params)
+
+
 def test_both_modernbert_config_layouts_describe_their_layers():
     hub, current = load("modernbert-hub-config").spec.arch, load("modernbert-layer-types").spec.arch
     assert [k.window for k in hub.layer_kinds] == [None, 8, 8, None]

@@ -7,6 +7,7 @@ included. One embed run serves the searches.
 
 import http.server
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.cli import submit
 from pipeline.results import read_report, read_table
 
 from support import REPO, SAMPLES
@@ -92,15 +94,40 @@ class RefusingJobApi(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def refusing_head():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusingJobApi)
+class NotRay(RefusingJobApi):
+    """Some other web server: the wrong port of the head, say."""
+
+    def do_GET(self):
+        self.send_response(404)
+        self.end_headers()
+
+
+def serving(handler):
+    """An HTTP server of `handler` on a free loopback port, its URL while the context lasts."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def refusing_head():
+    yield from serving(RefusingJobApi)
+
+
+@pytest.fixture
+def not_ray():
+    yield from serving(NotRay)
+
+
+def free_port() -> int:
+    """A port that was free a moment ago: nothing listens there."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return closed.getsockname()[1]
 
 
 def test_submit_says_in_one_line_what_to_set_when_the_head_refuses(refusing_head, tmp_path):
@@ -121,10 +148,41 @@ def test_submit_says_in_one_line_what_to_set_when_the_head_refuses(refusing_head
     assert line.startswith(f"docembed: error: the Ray head at {refusing_head} refuses this shell's token")
 
     # No head at all: one line too, not `ray job submit`'s five tracebacks.
-    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens there
-        closed.bind(("127.0.0.1", 0))
-        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    nowhere = f"http://127.0.0.1:{free_port()}"
     unreachable = run(DOCEMBED, "submit", "--address", nowhere, *command, env=env)
     assert unreachable.returncode == 2, unreachable.stdout + unreachable.stderr
     [line] = unreachable.stderr.splitlines()
     assert line.startswith(f"docembed: error: cannot reach the Ray head at {nowhere}")
+
+
+def test_submit_says_in_one_line_and_at_once_when_the_address_is_no_ray_heads(not_ray, tmp_path):
+    """An address without http:// is taken for the head's GCS, which Ray's job client and then `ray job submit`
+    retried for about 40 s each before a traceback; another web server ended in one as well."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HOME": str(tmp_path)}
+    command = ["--", "python", "jobs/embed.py", "--input", "samples", "--output", "out/x"]
+    gcs_form = not_ray.removeprefix("http://")
+    for address, message in [
+        (f"127.0.0.1:{free_port()}", "cannot reach the Ray head at 127.0.0.1:"),
+        (not_ray, re.escape(f"the Ray head at {not_ray} answers HTTP but is not Ray's job API (404)")),
+        (gcs_form, f"the Ray head at {gcs_form} answers HTTP, so it is no GCS address: .* http://{gcs_form}$"),
+    ]:
+        result = run(DOCEMBED, "submit", "--address", address, *command, env=env, timeout=30)
+        assert result.returncode == 2, result.stdout + result.stderr
+        [line] = result.stderr.splitlines()
+        assert re.match(f"docembed: error: {message}", line), line
+
+
+def test_submit_leaves_its_default_runtime_env_out_where_the_options_give_one(monkeypatch):
+    """Ray refuses --runtime-env beside --runtime-env-json."""
+    ran = []
+    monkeypatch.setattr(submit, "refusal", lambda options: None)  # as if the head answered
+    monkeypatch.setattr(submit.os, "execv", lambda path, argv: ran.append(argv[3:]))
+    command = ["--", "python", "jobs/embed.py"]
+    for given in (["--runtime-env-json", "{}"], ["--runtime-env=other.yaml"], []):
+        submit.main(["--address", "http://HEAD:8265", *given, *command])
+    defaults = ["--working-dir", ".", "--runtime-env", "jobs/runtime_env.yaml"]
+    assert ran == [
+        ["--working-dir", ".", "--address", "http://HEAD:8265", "--runtime-env-json", "{}", *command],
+        ["--working-dir", ".", "--address", "http://HEAD:8265", "--runtime-env=other.yaml", *command],
+        [*defaults, "--address", "http://HEAD:8265", *command],
+    ]

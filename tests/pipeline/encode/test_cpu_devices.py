@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, cpu_device_count
+from pipeline.encode.encoder_config import mesh_shape
+from pipeline.errors import ConfigError
 
 from support import REPO
 
@@ -27,6 +29,26 @@ def test_the_count_is_the_users_else_the_actors_cpus_or_the_affinity_mask():
     assert cpu_device_count(cpus=0.5, environ={}) == 1
     assert cpu_device_count(cpus=64, environ={}) == MAX_CPU_DEVICES
     assert cpu_device_count(environ={}) == min(len(os.sched_getaffinity(0)), MAX_CPU_DEVICES)
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"JAX_NUM_CPU_DEVICES": ""},
+        {"JAX_NUM_CPU_DEVICES": "0", **FORCED_8},
+        {"JAX_NUM_CPU_DEVICES": "-1"},
+        {"JAX_NUM_CPU_DEVICES": "2.5"},
+        {"XLA_FLAGS": "--xla_force_host_platform_device_count=0"},
+    ],
+)
+def test_a_forced_count_that_is_not_a_positive_whole_number_is_refused_in_one_line(environ):
+    """The driver counts an actor's devices before anything is written: an empty count once failed there with
+    a traceback, and 0 after the output was begun."""
+    name = "JAX_NUM_CPU_DEVICES" if "JAX_NUM_CPU_DEVICES" in environ else "XLA_FLAGS' --xla_force_host_platform"
+    with pytest.raises(ConfigError, match=f"^{name}.* must be a positive whole number of CPU devices, got '"):
+        cpu_device_count(cpus=2, environ=environ)
+    with pytest.raises(ConfigError, match="^each cpu encoder actor has no devices to lay a mesh over$"):
+        mesh_shape((), 0, "each cpu encoder actor")
 
 
 def child(code: str, **env: str) -> dict:

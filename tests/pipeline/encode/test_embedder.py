@@ -124,6 +124,24 @@ def test_an_unknown_dense_name_fails_at_load():
         Embedder.load(dense="mkl")
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"packing": "off"}, "packing must be bool, got 'off'"),  # a true string: it once ran packing on
+        ({"mesh": "data=2"}, "mesh must be \\(axis, size\\) pairs, as parse_mesh\\('data=2'\\) gives, got 'data=2'"),
+        ({"mesh": (("data", "2"),)}, "mesh must be \\(axis, size\\) pairs, .*, got \\(\\('data', '2'\\),\\)"),
+        ({"dim": 2.5}, "dim must be int or None, got 2.5"),
+        ({"batch_size": 2.5}, "batch_size must be int or None, got 2.5"),
+        ({"batch_size": True}, "batch_size must be int or None, got True"),
+        ({"max_tokens": "128"}, "max_tokens must be int or None, got '128'"),
+        ({"dtype": None}, "dtype must be str, got None"),
+    ],
+)
+def test_options_of_the_wrong_type_fail_at_load_naming_the_option(options, message):
+    with pytest.raises(TypeError, match=f"^encoder option {message}$"):
+        Embedder.load(**options)
+
+
 def test_an_unknown_attention_name_fails_at_load_not_at_trace_time():
     with pytest.raises(ConfigError, match="unknown attention implementation 'typo'; known: auto, reference"):
         EncoderConfig(attention="typo")
@@ -135,7 +153,10 @@ def test_an_unknown_attention_name_fails_at_load_not_at_trace_time():
     "options, message",
     [
         ({"attention": "cudnn"}, "--attention cudnn cannot run on cpu; these can: auto, reference"),
-        ({"dense": "onednn", "dtype": "float32"}, "--dense onednn with --dtype float32: .*takes bfloat16 weights"),
+        (
+            {"dense": "onednn", "dtype": "float32"},
+            "--dense onednn cannot run on cpu: it multiplies bfloat16 weights: add --dtype bfloat16 .asked float32.",
+        ),
         ({"max_tokens": 0}, "max_tokens 0 leaves no room for text"),  # 0 was taken for "the model's window"
         ({"max_tokens": 2}, "max_tokens 2 leaves no room for text: the special tokens take 2"),
     ],

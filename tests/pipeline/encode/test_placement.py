@@ -9,6 +9,7 @@ import pytest
 import ray
 
 from pipeline import JobConfig, run_job
+from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, check_encoders, place_encoders
 from pipeline.errors import ConfigError
@@ -61,23 +62,60 @@ def test_missing_accelerator_fails_fast(kind):
         place_encoders("npu", [node()], cpu_actors=None, cpu_per_actor=1)
 
 
+MINILM = model_dir.resolve(None)  # the bundled model: 12 heads, an MLP of 1536
+
+
 def test_a_mesh_or_attention_the_encoder_hosts_cannot_run_is_refused_from_the_node_list():
     tpu = place_encoders("auto", [node(TPU=4), node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
-    check_encoders(tpu, EncoderConfig(mesh=(("data", 2), ("model", 2)), attention="tpu_splash"))
+    check_encoders(tpu, EncoderConfig(mesh=(("data", 2), ("model", 2)), attention="tpu_splash"), MINILM)
     with pytest.raises(ConfigError, match="mesh data=3,model=5 needs 15 devices; each tpu encoder actor has 4"):
-        check_encoders(tpu, EncoderConfig(mesh=(("data", 3), ("model", 5))))
+        check_encoders(tpu, EncoderConfig(mesh=(("data", 3), ("model", 5))), MINILM)
     with pytest.raises(ConfigError, match="mesh model=3 does not divide the 4 local devices"):
-        check_encoders(tpu, EncoderConfig(mesh=(("model", 3),)))
+        check_encoders(tpu, EncoderConfig(mesh=(("model", 3),)), MINILM)
     cpu = place_encoders("auto", [node()], cpu_actors=None, cpu_per_actor=1)
-    check_encoders(cpu, EncoderConfig(attention="pallas", batch_size=3))
+    check_encoders(cpu, EncoderConfig(attention="pallas", batch_size=3), MINILM)
     with pytest.raises(
         ConfigError,
         match="--attention cudnn cannot run on the cpu encoder actors; these can: auto, reference, blockwise, pallas$",
     ):
-        check_encoders(cpu, EncoderConfig(attention="cudnn"))
+        check_encoders(cpu, EncoderConfig(attention="cudnn"), MINILM)
     gpu = place_encoders("auto", [node(GPU=2)], cpu_actors=None, cpu_per_actor=1)
     with pytest.raises(ConfigError, match="tpu_flash cannot run on the gpu encoder actors"):
-        check_encoders(gpu, EncoderConfig(attention="tpu_flash"))
+        check_encoders(gpu, EncoderConfig(attention="tpu_flash"), MINILM)
+
+
+def test_a_mesh_the_model_does_not_split_over_is_refused_from_its_config():
+    """The heads and the MLP split over `model`: the Encoder's own check, made by the driver before any actor."""
+    tpu = place_encoders("auto", [node(TPU=8)], cpu_actors=None, cpu_per_actor=1)
+    check_encoders(tpu, EncoderConfig(mesh=(("model", 4),)), MINILM)
+    with pytest.raises(
+        ConfigError,
+        match="mesh data=1,model=8 does not fit model .*: cannot split heads .12. over mesh axis 'model' of size 8$",
+    ):
+        check_encoders(tpu, EncoderConfig(mesh=(("model", 8),)), MINILM)
+    with pytest.raises(
+        ConfigError, match="cannot split heads \\(12\\) over mesh axis 'model' of size 5 nor mlp \\(1536\\)"
+    ):
+        check_encoders(tpu, EncoderConfig(mesh=(("data", 1), ("model", 5))), MINILM)
+
+
+def test_a_dense_kernel_the_encoder_hosts_cannot_run_is_refused_naming_what_was_asked(monkeypatch):
+    cpu = place_encoders("cpu", [node()], cpu_actors=None, cpu_per_actor=1)
+    with pytest.raises(ConfigError, match="on the cpu encoder actors: .* add --dtype bfloat16 \\(asked float32\\)"):
+        check_encoders(cpu, EncoderConfig(dense="onednn"), MINILM)
+    gpu = place_encoders("gpu", [node(GPU=1)], cpu_actors=None, cpu_per_actor=1)
+    with pytest.raises(ConfigError, match="--dense onednn cannot run on the gpu encoder actors: it runs on a CPU only"):
+        check_encoders(gpu, EncoderConfig(dense="onednn", dtype="bfloat16"), MINILM)
+    bfloat16 = EncoderConfig(dense="onednn", dtype="bfloat16")
+    # A CPU with bfloat16 dot instructions whose kernel is not built here; then one without those instructions.
+    monkeypatch.setattr("kernels.compute_dtype.cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    monkeypatch.setattr("pipeline.encode.encoder_config.unavailable", lambda impl: "the oneDNN kernel is not built")
+    with pytest.raises(ConfigError, match="--dense onednn cannot run on the cpu encoder actors: the oneDNN kernel is"):
+        check_encoders(cpu, bfloat16, MINILM)
+    monkeypatch.setattr("kernels.compute_dtype.cpu_flags", lambda: frozenset({"avx2"}))
+    with pytest.raises(ConfigError, match="--dtype bfloat16 runs as float32 there: this CPU has no bfloat16 dot"):
+        check_encoders(cpu, bfloat16, MINILM)
+    check_encoders(cpu, EncoderConfig(dense="xla", dtype="bfloat16"), MINILM)
 
 
 def test_a_cpu_encoder_actor_has_a_device_per_core_of_its_share_of_a_node_unless_the_user_forced_a_count(
@@ -95,7 +133,7 @@ def test_a_cpu_encoder_actor_has_a_device_per_core_of_its_share_of_a_node_unless
     monkeypatch.setenv("XLA_FLAGS", "--foo --xla_force_host_platform_device_count=8")
     cpu = place_encoders("cpu", [node(cpu=2)], cpu_actors=None, cpu_per_actor=1)
     assert cpu.devices_per_actor == 8
-    check_encoders(cpu, EncoderConfig(mesh=(("data", 4), ("model", 2))))
+    check_encoders(cpu, EncoderConfig(mesh=(("data", 4), ("model", 2))), MINILM)
 
 
 @pytest.fixture(scope="module")
