@@ -31,7 +31,7 @@ from pipeline.errors import InputError
 from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
-from pipeline.io.uris import check_location, is_uri, redact, scheme_of, uri_of
+from pipeline.io.uris import check_location, is_uri, redact, scheme_of, unreadable_key, uri_of
 from pipeline.kinds import SHARD_KINDS, described, kind_of
 from pipeline.schemas import is_utf8
 
@@ -138,6 +138,8 @@ def _unnamed(uri: str) -> str | None:
         return f"{os.fsencode(uri)!r}: its name is not UTF-8, which a doc_id must be"
     if "?" in uri and is_uri(uri):
         return f"{uri!r}: its key holds a '?', which docembed refuses in a URI (where a signed URL has its query)"
+    if unreadable := unreadable_key(uri):
+        return f"{uri!r}: {unreadable}"
     return None
 
 

@@ -50,7 +50,8 @@ def parse(location: str):
 
 
 def check_location(location: str) -> None:
-    """Refuses locations that carry credentials or options: those belong in the environment."""
+    """Refuses locations that carry credentials or options (those belong in the environment), or that name a key
+    docembed cannot read."""
     if not is_uri(location):
         return
     parsed = parse(location)
@@ -67,6 +68,26 @@ def check_location(location: str) -> None:
         )
     if parsed.scheme.lower() in OBJECT_STORE_SCHEMES and not parsed.netloc:
         raise ConfigError(f"{location}: no bucket named")
+    if unreadable := unreadable_key(location):
+        raise ConfigError(f"{redact(location)}: {unreadable}")
+
+
+def unreadable_key(location: str) -> str | None:
+    """Why an object-store URI names a key that pyarrow cannot read, if it does; a trailing "/" (a prefix) is fine.
+
+    pyarrow refuses a path with an empty segment (`w//a.txt`, a key that starts with "/", `k/http://x`); on S3
+    the AWS SDK resolves "." and ".." segments, so it would ask for another key than the one named, and S3
+    answers with a signature mismatch (GCS reads such keys as they are).
+    """
+    scheme = scheme_of(location)
+    if scheme not in OBJECT_STORE_SCHEMES:
+        return None
+    segments = parse(location).path.removesuffix("/").split("/")[1:]  # "/w//a.txt": ["w", "", "a.txt"]
+    if "" in segments:
+        return "its path holds an empty segment ('//'), which docembed's storage client (pyarrow) cannot open"
+    if scheme == "s3" and {".", ".."} & set(segments):
+        return "its path holds a '.' or '..' segment, which the AWS SDK resolves, so S3 would be asked for another key"
+    return None
 
 
 def uri_of(location: str, fs_path: str, base_path: str) -> str:

@@ -6,7 +6,7 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.io import uris
-from pipeline.io.listing import list_inputs
+from pipeline.io.listing import list_inputs, list_pages
 
 
 def test_redact_scrubs_userinfo_and_credential_values(monkeypatch):
@@ -28,12 +28,25 @@ def test_redact_scrubs_userinfo_and_credential_values(monkeypatch):
         ("gs://bucket/docs?endpoint_override=x", "options in URIs are not accepted"),
         ("file:///docs?X-Amz-Signature=secret", "options in URIs are not accepted"),
         ("s3:///docs", "no bucket"),
+        ("s3://bucket//docs", "empty segment"),
+        ("gs://bucket/docs//x.txt", "empty segment"),
+        ("s3://bucket/docs/../x.txt", "'.' or '..' segment"),
     ],
 )
-def test_locations_with_credentials_or_options_are_refused(location, message):
+def test_locations_with_credentials_options_or_unreadable_keys_are_refused(location, message):
     with pytest.raises(ConfigError, match=message) as e:
         uris.check_location(location)
     assert "secret" not in str(e.value)
+
+
+def test_a_typed_uri_with_an_empty_segment_is_one_config_error_wherever_it_is_read(tmp_path):
+    from pipeline.io.fetch import fetch_dir
+
+    for read in (lambda: list_pages(["s3://in1//w"]), lambda: fetch_dir("gs://models//minilm", tmp_path)):
+        with pytest.raises(ConfigError, match="empty segment"):
+            read()
+    for fine in ("s3://bucket/docs/", "gs://bucket/w/../x.txt", "file:///data//x", "https://host/a//b"):
+        uris.check_location(fine)
 
 
 def test_local_and_file_uris_name_the_same_files(tmp_path):
