@@ -20,7 +20,10 @@ GCS_SCHEMES = ("gs", "gcs")
 
 # Values never printed: scrubbed from every message the storage layer raises.
 _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+# `user:secret@`: up to the first "/" as RFC 3986 has it, or, where that first segment holds a ":" (which no
+# bucket name can), up to the last "@": AWS secrets may hold a "/" (`s3://AKIA...:wJalr/XUtn...@bucket/key`).
+# Elsewhere that ":" may be a port's, and the "@" in the path: redacting too much is the safe side.
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^/@\s]*@|[^/@\s:]*:\S*@)")
 # A URI's query: where signed URLs carry theirs (X-Amz-Signature, X-Amz-Security-Token, ...).
 _QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*)\?[^\s#'\"]*")
 
@@ -54,8 +57,10 @@ def check_location(location: str) -> None:
     docembed cannot read."""
     if not is_uri(location):
         return
-    parsed = parse(location)
-    if "@" in parsed.netloc:
+    scheme, parsed = scheme_of(location), parse(location)
+    # A secret may hold a "/", which ends the netloc; a bucket name holds no ":", so an "@" after one ends a secret.
+    secret_with_slash = scheme in OBJECT_STORE_SCHEMES and ":" in parsed.netloc and "@" in parsed.path
+    if "@" in parsed.netloc or secret_with_slash:
         raise ConfigError(
             f"{redact(location)}: credentials in URIs are not accepted (they would end up in logs and outputs); "
             "set them in the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, Google default credentials)"
@@ -66,7 +71,7 @@ def check_location(location: str) -> None:
             f"{redact(location)}: options in URIs are not accepted (a signed URL's would end up in logs and "
             "outputs); set the endpoint with AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST"
         )
-    if parsed.scheme.lower() in OBJECT_STORE_SCHEMES and not parsed.netloc:
+    if scheme in OBJECT_STORE_SCHEMES and not parsed.netloc:
         raise ConfigError(f"{location}: no bucket named")
     if unreadable := unreadable_key(location):
         raise ConfigError(f"{redact(location)}: {unreadable}")

@@ -25,6 +25,8 @@ def test_redact_scrubs_userinfo_and_credential_values(monkeypatch):
     "location, message",
     [
         ("s3://key:secret@bucket/docs", "credentials in URIs are not accepted"),
+        ("s3://key:sec/ret/secret@bucket/docs", "credentials in URIs are not accepted"),
+        ("gs://key:secret/x@bucket/docs", "credentials in URIs are not accepted"),
         ("gs://bucket/docs?endpoint_override=x", "options in URIs are not accepted"),
         ("file:///docs?X-Amz-Signature=secret", "options in URIs are not accepted"),
         ("s3:///docs", "no bucket"),
@@ -37,6 +39,25 @@ def test_locations_with_credentials_options_or_unreadable_keys_are_refused(locat
     with pytest.raises(ConfigError, match=message) as e:
         uris.check_location(location)
     assert "secret" not in str(e.value)
+
+
+def test_a_secret_with_a_slash_is_refused_and_never_shown(tmp_path, capsys):
+    """AWS secrets may hold a "/", which ends a URI's netloc: --input, --output and --model refuse it in one line."""
+    from pipeline.cli.embed import main
+
+    uri = "s3://AKIAEXAMPLEKEY:wJalrXUtn/FEMIK7MDENG/bPxRfiCYSECRET@in1/w"
+    assert uris.redact(f"cannot read {uri}: denied") == "cannot read s3://***@in1/w: denied"
+    assert uris.redact("s3://b/k:x@y.txt https://host:80/a") == "s3://b/k:x@y.txt https://host:80/a"
+    local = str(tmp_path / "x")
+    for args in (
+        ["--input", uri, "--output", local],
+        ["--input", local, "--output", uri],
+        ["--input", local, "--output", local, "--model", uri],
+    ):
+        assert main(args) == 2
+        out, err = capsys.readouterr()
+        assert err.count("\n") == 1 and "credentials in URIs are not accepted" in err, err
+        assert "s3://***@in1/w" in err and "AKIAEXAMPLEKEY" not in out + err and "FEMIK7" not in out + err
 
 
 def test_a_typed_uri_with_an_empty_segment_is_one_config_error_wherever_it_is_read(tmp_path):
