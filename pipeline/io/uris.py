@@ -14,9 +14,11 @@ from urllib.parse import urlparse
 
 from pipeline.errors import ConfigError
 
-# Schemes of the object stores the pipeline is tested against (gcs:// is gs://'s other spelling).
-OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
-GCS_SCHEMES = ("gs", "gcs")
+# Schemes of the object stores the pipeline is tested against.
+OBJECT_STORE_SCHEMES = ("s3", "gs")
+# Other spellings pyarrow accepts for them: each URI docembed makes has the first, so that two spellings of one
+# place compare equal (the output's own files, left out of an input that holds it; doc_ids).
+_SCHEME_ALIASES = {"gcs": "gs"}
 
 # Values never printed: scrubbed from every message the storage layer raises.
 _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -43,7 +45,9 @@ def is_uri(location: str) -> bool:
 
 
 def scheme_of(location: str) -> str:
-    return urlparse(str(location)).scheme.lower() if is_uri(location) else ""
+    """The scheme of a URI, lowercase and as docembed spells it ("gs" for "gcs"); "" for a local path."""
+    scheme = urlparse(str(location)).scheme.lower() if is_uri(location) else ""
+    return _SCHEME_ALIASES.get(scheme, scheme)
 
 
 def parse(location: str):

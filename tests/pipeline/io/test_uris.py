@@ -70,6 +70,16 @@ def test_a_typed_uri_with_an_empty_segment_is_one_config_error_wherever_it_is_re
         uris.check_location(fine)
 
 
+def test_gcs_is_spelled_gs_in_every_uri_docembed_makes():
+    """So that the output's own files, under an input of the other spelling, are known as its own."""
+    from pipeline.output.layout import own_files
+
+    assert uris.scheme_of("GCS://b/w") == uris.scheme_of("gs://b/w") == "gs"
+    listed = uris.uri_of("gcs://b/w", "b/w/out/_inputs/part-000000.parquet", "b/w")
+    assert listed == "gs://b/w/out/_inputs/part-000000.parquet"
+    assert listed.startswith(own_files(uris.uri_of("gs://b/w/out", "b/w/out/", "b/w/out")))
+
+
 def test_local_and_file_uris_name_the_same_files(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     (tmp_path / "s.jsonl").write_text("{}")
