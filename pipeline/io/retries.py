@@ -49,6 +49,8 @@ def _first_line(e: BaseException) -> str:
 
 def describe(e: BaseException) -> str:
     """One redacted line for a storage exception, with a hint when credentials look wrong."""
+    if isinstance(e, StorageError):  # described already, hint included
+        return str(e)
     line = redact(_first_line(e))
     if _CREDENTIALS.search(str(e)):
         line += " (check the credentials in the environment)"

@@ -64,3 +64,13 @@ def test_refused_or_missing_credentials_fail_at_once_with_the_hint(error):
     with pytest.raises(StorageError, match=r"\(check the credentials in the environment\)$"):
         retries.retrying("read x", refused)
     assert len(calls) == 1
+
+
+def test_a_storage_error_described_again_says_the_hint_once():
+    # As sink.check_writable does with what its probe's write raised: "not writable: <describe(e)>".
+    def refused():
+        raise OSError("AWS Error ACCESS_DENIED during PutObject operation")
+
+    with pytest.raises(StorageError) as e:
+        retries.retrying("cannot write probe", refused)
+    assert retries.describe(e.value) == str(e.value) and str(e.value).count("check the credentials") == 1
