@@ -68,7 +68,8 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
     if scheme == "file":  # percent-encoded, as RFC 8089 has it: file:///data/Report%20%235.pdf
         return pafs.LocalFileSystem(), os.path.abspath(unquote(parsed.path))
     if scheme in OBJECT_STORE_SCHEMES:
-        path = f"{parsed.netloc}{parsed.path}".rstrip("/")
+        # The key as written: urlparse drops tabs and newlines (as browsers do), which a key may hold.
+        path = location.split("://", 1)[1].rstrip("/")
         return _object_store(scheme, parsed.netloc, env_key(scheme)), path
     return _other_filesystem(location)
 
