@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
-from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
+from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, is_object_store, list_files
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import check_location, is_uri, redact, scheme_of, unreadable_key, uri_of
@@ -153,9 +153,12 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
         info = file_info(fs, path)
     if info.type == pafs.FileType.NotFound:
         raise InputError(f"input {redact(location)} does not exist{_missing_bucket(fs, path)}")
-    if info.type == pafs.FileType.File:
+    # On object stores an object and a prefix may share a name ("rep.txt", "rep.txt/a.txt"): a trailing "/" names
+    # the prefix, as it does a directory.
+    prefix = str(location).endswith("/") and is_object_store(fs)
+    if info.type == pafs.FileType.File and not prefix:
         return iter([(uri_of(location, info.path, path), info.size)])
-    if info.type != pafs.FileType.Directory:
+    if info.type not in (pafs.FileType.Directory, pafs.FileType.File):
         raise InputError(f"input {redact(location)} is neither a file nor a directory")
     return _failing_at(location, _entries(location, fs, path, start_after, page_size))
 
