@@ -1,5 +1,5 @@
 """The streamed listing on moto's S3 server and the GCS emulator: order, dedup, resuming, a store failing mid-listing,
-and names: keys pyarrow cannot read, a prefix that shares an object's name, a key with a tab.
+and names: keys pyarrow cannot read, a prefix that shares an object's name, a key with a tab, an output over an object.
 
 Requests go through the fault proxies, as the jobs' do. moto pages as S3 does
 (MaxKeys, StartAfter); the GCS emulator ignores maxResults and startOffset and
@@ -13,10 +13,11 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from pipeline.errors import InputError, StorageError
+from pipeline.errors import InputError, OutputError, StorageError
 from pipeline.io import filesystems, object_listing, retries
 from pipeline.io.listing import list_inputs, list_pages
 from pipeline.kinds import kind_of
+from pipeline.output.sink import check_writable
 
 BUCKET = "listing"
 # More top-level prefixes than are listed at once (object_listing.PREFIXES_AHEAD), names that sort
@@ -162,3 +163,10 @@ def test_a_trailing_slash_names_the_prefix_that_shares_an_objects_name(scheme):
     base = f"{scheme}://{NAMES_BUCKET}/rep.txt"
     assert [f.uri for f in list_inputs([base])[0]] == [base]
     assert [f.uri for f in list_inputs([f"{base}/"])[0]] == [f"{base}/inner.txt", f"{base}/inner2.md"]
+
+
+def test_an_output_over_an_object_is_refused(scheme):
+    # As a local output over a file is: the run would write beside the object, and its name would mean both.
+    with pytest.raises(OutputError, match="rep.txt is not writable: it is an object, not a prefix"):
+        check_writable(f"{scheme}://{NAMES_BUCKET}/rep.txt")
+    check_writable(f"{scheme}://{NAMES_BUCKET}/rep.txt/out")
