@@ -9,7 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.io.filesystems import filesystem_for
+from pipeline.io.filesystems import filesystem_for, list_files, read_file
+from pipeline.io.retries import retrying
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
 from pipeline.schemas import CHUNK_FIELDS, ERRORS_SCHEMA
 
@@ -18,11 +19,10 @@ NO_EMBEDDINGS_SCHEMA = pa.schema(CHUNK_FIELDS + [pa.field("embedding", pa.list_(
 
 
 def read_report(output: str) -> dict:
-    """The `_SUCCESS` report of a finished run."""
+    """The `_SUCCESS` report of a finished run. Storage failing (after retries) is `StorageError`, as in a job."""
     fs, root = filesystem_for(output)
     try:
-        with fs.open_input_stream(f"{root}/{SUCCESS_FILE}") as f:
-            return json.loads(f.read())
+        return json.loads(read_file(fs, f"{root}/{SUCCESS_FILE}"))
     except (FileNotFoundError, NotADirectoryError):
         raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
     except ValueError as e:  # written whole by the run (pipeline.output.ledger): what else wrote it?
@@ -33,9 +33,11 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
     """All parts under `embeddings/` (or `errors/`) as one table, sorted by document and chunk."""
     read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
     fs, root = filesystem_for(output)
-    table = pq.read_table(f"{root}/{which}", filesystem=fs)
-    if not table.num_columns:  # no part: a run without a single error, or one whose every document failed
+    # No part (a run without a single error, or one whose every document failed): on object stores no prefix either.
+    if not list_files(fs, f"{root}/{which}"):
         table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
+    else:
+        table = retrying(f"cannot read {root}/{which}", lambda: pq.read_table(f"{root}/{which}", filesystem=fs))
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     return table.sort_by(keys)
 

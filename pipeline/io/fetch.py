@@ -20,7 +20,7 @@ import pyarrow.fs as pafs
 from pipeline.errors import InputError, StorageError
 from pipeline.io.filesystems import filesystem_for, list_files
 from pipeline.io.retries import retrying
-from pipeline.io.uris import redact
+from pipeline.io.uris import redact, uri_of
 
 MODEL_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "docembed" / "models"
 _FETCHED = ".docembed-fetched.json"
@@ -41,7 +41,8 @@ def fetch_dir(uri: str, cache: Path | None = None) -> Path:
     if not files:
         raise InputError(f"model directory {redact(uri)} does not exist or is empty")
     listing = sorted((f.path[len(root) :].lstrip("/"), f.size, f.mtime_ns) for f in files)
-    target = cache / hashlib.sha256(uri.encode()).hexdigest()[:24]
+    # One copy per directory, however it is spelled: `s3://b/m/` and `s3://b/m`, `gcs://` and `gs://`.
+    target = cache / hashlib.sha256(uri_of(uri, root, root).encode()).hexdigest()[:24]
     cache.mkdir(parents=True, exist_ok=True)
     with open(f"{target}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

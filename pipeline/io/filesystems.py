@@ -32,7 +32,7 @@ import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
 from pipeline.io.retries import NOT_FOUND, retrying
-from pipeline.io.uris import GCS_SCHEMES, OBJECT_STORE_SCHEMES, check_location, is_uri, parse, redact, scheme_of
+from pipeline.io.uris import OBJECT_STORE_SCHEMES, check_location, is_uri, parse, redact, scheme_of
 
 S3_MAX_ATTEMPTS = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 800ms)
 GCS_RETRY_SECONDS = 60  # per request, inside google-cloud-cpp
@@ -68,16 +68,16 @@ def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
     if scheme == "file":  # percent-encoded, as RFC 8089 has it: file:///data/Report%20%235.pdf
         return pafs.LocalFileSystem(), os.path.abspath(unquote(parsed.path))
     if scheme in OBJECT_STORE_SCHEMES:
-        family = "gs" if scheme in GCS_SCHEMES else "s3"
-        path = f"{parsed.netloc}{parsed.path}".rstrip("/")
-        return _object_store(family, parsed.netloc, env_key(family)), path
+        # The key as written: urlparse drops tabs and newlines (as browsers do), which a key may hold.
+        path = location.split("://", 1)[1].rstrip("/")
+        return _object_store(scheme, parsed.netloc, env_key(scheme)), path
     return _other_filesystem(location)
 
 
 @functools.lru_cache(maxsize=64)
-def _object_store(family: str, bucket: str, env_key: tuple) -> pafs.FileSystem:
+def _object_store(scheme: str, bucket: str, env_key: tuple) -> pafs.FileSystem:
     # env_key is part of the cache key only: a changed environment gets a new filesystem.
-    if family == "s3":
+    if scheme == "s3":
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region is None and endpoint is None:

@@ -28,10 +28,10 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from pipeline.errors import InputError
-from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, list_files
+from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, is_object_store, list_files
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
-from pipeline.io.uris import check_location, is_uri, redact, scheme_of, uri_of
+from pipeline.io.uris import check_location, is_uri, redact, scheme_of, unreadable_key, uri_of
 from pipeline.kinds import SHARD_KINDS, described, kind_of
 from pipeline.schemas import is_utf8
 
@@ -137,6 +137,8 @@ def _unnamed(uri: str) -> str | None:
         return f"{os.fsencode(uri)!r}: its name is not UTF-8, which a doc_id must be"
     if "?" in uri and is_uri(uri):
         return f"{uri!r}: its key holds a '?', which docembed refuses in a URI (where a signed URL has its query)"
+    if unreadable := unreadable_key(uri):
+        return f"{uri!r}: {unreadable}"
     return None
 
 
@@ -150,9 +152,12 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
         info = file_info(fs, path)
     if info.type == pafs.FileType.NotFound:
         raise InputError(f"input {redact(location)} does not exist{_missing_bucket(fs, path)}")
-    if info.type == pafs.FileType.File:
+    # On object stores an object and a prefix may share a name ("rep.txt", "rep.txt/a.txt"): a trailing "/" names
+    # the prefix, as it does a directory.
+    prefix = str(location).endswith("/") and is_object_store(fs)
+    if info.type == pafs.FileType.File and not prefix:
         return iter([(uri_of(location, info.path, path), info.size)])
-    if info.type != pafs.FileType.Directory:
+    if info.type not in (pafs.FileType.Directory, pafs.FileType.File):
         raise InputError(f"input {redact(location)} is neither a file nor a directory")
     return _failing_at(location, _entries(location, fs, path, start_after, page_size))
 

@@ -115,7 +115,7 @@ class _GCS:
         return _sdk_call(call)
 
 
-STORES: dict[str, Callable[[], _S3 | _GCS]] = {"s3": _S3, "gs": _GCS, "gcs": _GCS}
+STORES: dict[str, Callable[[], _S3 | _GCS]] = {"s3": _S3, "gs": _GCS}
 
 
 def _sdk_call(fn):

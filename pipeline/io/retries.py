@@ -26,14 +26,19 @@ BACKOFF_SECONDS = 0.5
 # A file that is not there (or not a file): the caller's to handle, never retried or wrapped.
 NOT_FOUND = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 
-# Errors that retrying cannot fix: missing things and refused credentials.
+# Errors that retrying cannot fix: missing things and refused or missing credentials. "HTTP status code: 403" is
+# google-cloud-cpp's wording, "HTTP status 403" pyarrow-S3's; google-cloud-cpp says it "Could not create a OAuth2
+# access token" without credentials, after retrying for GCS_RETRY_SECONDS.
 _PERMANENT = re.compile(
     r"ACCESS_DENIED|AccessDenied|SIGNATURE_DOES_NOT_MATCH|INVALID_ACCESS_KEY_ID|InvalidAccessKeyId|NO_SUCH_BUCKET|"
-    r"NO_SUCH_KEY|RESOURCE_NOT_FOUND|PERMISSION_DENIED|UNAUTHENTICATED|Permanent error|HTTP status code: 40[0134]"
+    r"NO_SUCH_KEY|RESOURCE_NOT_FOUND|PERMISSION_DENIED|UNAUTHENTICATED|Permanent error|"
+    r"HTTP status (?:code: )?40[0134]\b|OAuth2 access token"
 )
 _STORAGE_CLIENT = re.compile(r"google::cloud::Status|AWS Error")
+# S3 answers a HEAD with an invalid or expired session token with a bare 400 (a HEAD has no body to say why).
 _CREDENTIALS = re.compile(
-    r"ACCESS_DENIED|AccessDenied|SIGNATURE|INVALID_ACCESS_KEY|PERMISSION_DENIED|UNAUTHENTICATED|40[13]\b"
+    r"ACCESS_DENIED|AccessDenied|SIGNATURE|INVALID_ACCESS_KEY|PERMISSION_DENIED|UNAUTHENTICATED|40[13]\b|"
+    r"HTTP status 400\b|OAuth2 access token"
 )
 
 
@@ -44,6 +49,8 @@ def _first_line(e: BaseException) -> str:
 
 def describe(e: BaseException) -> str:
     """One redacted line for a storage exception, with a hint when credentials look wrong."""
+    if isinstance(e, StorageError):  # described already, hint included
+        return str(e)
     line = redact(_first_line(e))
     if _CREDENTIALS.search(str(e)):
         line += " (check the credentials in the environment)"

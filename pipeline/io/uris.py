@@ -14,13 +14,18 @@ from urllib.parse import urlparse
 
 from pipeline.errors import ConfigError
 
-# Schemes of the object stores the pipeline is tested against (gcs:// is gs://'s other spelling).
-OBJECT_STORE_SCHEMES = ("s3", "gs", "gcs")
-GCS_SCHEMES = ("gs", "gcs")
+# Schemes of the object stores the pipeline is tested against.
+OBJECT_STORE_SCHEMES = ("s3", "gs")
+# Other spellings pyarrow accepts for them: each URI docembed makes has the first, so that two spellings of one
+# place compare equal (the output's own files, left out of an input that holds it; doc_ids).
+_SCHEME_ALIASES = {"gcs": "gs"}
 
 # Values never printed: scrubbed from every message the storage layer raises.
 _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]*@")
+# `user:secret@`: up to the first "/" as RFC 3986 has it, or, where that first segment holds a ":" (which no
+# bucket name can), up to the last "@": AWS secrets may hold a "/" (`s3://AKIA...:wJalr/XUtn...@bucket/key`).
+# Elsewhere that ":" may be a port's, and the "@" in the path: redacting too much is the safe side.
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?:[^/@\s]*@|[^/@\s:]*:\S*@)")
 # A URI's query: where signed URLs carry theirs (X-Amz-Signature, X-Amz-Security-Token, ...).
 _QUERY = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s?#]*)\?[^\s#'\"]*")
 
@@ -40,7 +45,9 @@ def is_uri(location: str) -> bool:
 
 
 def scheme_of(location: str) -> str:
-    return urlparse(str(location)).scheme.lower() if is_uri(location) else ""
+    """The scheme of a URI, lowercase and as docembed spells it ("gs" for "gcs"); "" for a local path."""
+    scheme = urlparse(str(location)).scheme.lower() if is_uri(location) else ""
+    return _SCHEME_ALIASES.get(scheme, scheme)
 
 
 def parse(location: str):
@@ -50,11 +57,14 @@ def parse(location: str):
 
 
 def check_location(location: str) -> None:
-    """Refuses locations that carry credentials or options: those belong in the environment."""
+    """Refuses locations that carry credentials or options (those belong in the environment), or that name a key
+    docembed cannot read."""
     if not is_uri(location):
         return
-    parsed = parse(location)
-    if "@" in parsed.netloc:
+    scheme, parsed = scheme_of(location), parse(location)
+    # A secret may hold a "/", which ends the netloc; a bucket name holds no ":", so an "@" after one ends a secret.
+    secret_with_slash = scheme in OBJECT_STORE_SCHEMES and ":" in parsed.netloc and "@" in parsed.path
+    if "@" in parsed.netloc or secret_with_slash:
         raise ConfigError(
             f"{redact(location)}: credentials in URIs are not accepted (they would end up in logs and outputs); "
             "set them in the environment (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, Google default credentials)"
@@ -65,8 +75,28 @@ def check_location(location: str) -> None:
             f"{redact(location)}: options in URIs are not accepted (a signed URL's would end up in logs and "
             "outputs); set the endpoint with AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST"
         )
-    if parsed.scheme.lower() in OBJECT_STORE_SCHEMES and not parsed.netloc:
+    if scheme in OBJECT_STORE_SCHEMES and not parsed.netloc:
         raise ConfigError(f"{location}: no bucket named")
+    if unreadable := unreadable_key(location):
+        raise ConfigError(f"{redact(location)}: {unreadable}")
+
+
+def unreadable_key(location: str) -> str | None:
+    """Why an object-store URI names a key that pyarrow cannot read, if it does; a trailing "/" (a prefix) is fine.
+
+    pyarrow refuses a path with an empty segment (`w//a.txt`, a key that starts with "/", `k/http://x`); on S3
+    the AWS SDK resolves "." and ".." segments, so it would ask for another key than the one named, and S3
+    answers with a signature mismatch (GCS reads such keys as they are).
+    """
+    scheme = scheme_of(location)
+    if scheme not in OBJECT_STORE_SCHEMES:
+        return None
+    segments = parse(location).path.removesuffix("/").split("/")[1:]  # "/w//a.txt": ["w", "", "a.txt"]
+    if "" in segments:
+        return "its path holds an empty segment ('//'), which docembed's storage client (pyarrow) cannot open"
+    if scheme == "s3" and {".", ".."} & set(segments):
+        return "its path holds a '.' or '..' segment, which the AWS SDK resolves, so S3 would be asked for another key"
+    return None
 
 
 def uri_of(location: str, fs_path: str, base_path: str) -> str:

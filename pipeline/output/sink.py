@@ -40,6 +40,9 @@ def check_writable(output: str) -> None:
             bucket = storage.bucket_missing(fs, root)
             if bucket:
                 raise OutputError(f"output {redact(output)} is not writable: there is no bucket {bucket}")
+            # As a local output over a file is refused: the run would write beside the object, under its name.
+            if storage.file_info(fs, root).type == pafs.FileType.File:
+                raise OutputError(f"output {redact(output)} is not writable: it is an object, not a prefix")
             retrying(f"cannot write {probe}", lambda: _write_probe(fs, probe))
             storage.delete_file(fs, probe)
             return

@@ -7,9 +7,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pipeline import results
 from pipeline.errors import InputError
+from pipeline.io import retries
 from pipeline.results import embedding_matrix, nearest, read_errors, read_report, read_table
-from pipeline.schemas import EMBEDDING_COLUMNS, embedded_schema
+from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, embedded_schema
 
 
 def chunks(vectors_ND: np.ndarray) -> pa.Table:
@@ -47,6 +49,46 @@ def test_a_run_that_embedded_nothing_reads_as_empty_tables_with_their_columns(tm
     assert embedding_matrix(table).shape == (0, 0)
     assert nearest(table, np.ones(384, np.float32)).num_rows == 0
     assert read_errors(output).num_rows == 0 and "error_type" in read_errors(output).column_names
+
+
+def test_a_run_without_parts_reads_as_empty_tables_where_their_directories_are_missing_too(tmp_path):
+    # As on object stores, which have no directories: no part under a prefix, no prefix.
+    output = finished_output(tmp_path / "out")
+    for name in ("embeddings", "errors"):
+        (tmp_path / "out" / name).rmdir()
+    assert read_table(output).num_rows == 0 and read_errors(output).column_names == ERRORS_SCHEMA.names
+
+
+class Refusing:
+    """A filesystem whose storage refuses or is unreachable."""
+
+    type_name = "s3"
+
+    def __init__(self, error: str):
+        self.error, self.calls = error, 0
+
+    def open_input_stream(self, path):
+        self.calls += 1
+        raise OSError(self.error)
+
+
+@pytest.mark.parametrize(
+    "error, attempts, says",
+    [
+        ("AWS Error ACCESS_DENIED during GetObject operation: Access Denied", 1, "check the credentials"),
+        ("AWS Error NETWORK_CONNECTION during GetObject operation: curlCode: 7", 3, "still failing after 3 attempts"),
+    ],
+)
+def test_search_says_in_one_line_when_storage_refuses_or_is_down(monkeypatch, capsys, error, attempts, says):
+    from pipeline.cli import search
+
+    monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.001)
+    fs = Refusing(error)
+    monkeypatch.setattr(results, "filesystem_for", lambda output: (fs, "out1/o"))
+    assert search.main(["--output", "s3://out1/o", "--query", "bread"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("docembed: error: cannot read out1/o/_SUCCESS: ") and err.count("\n") == 1, err
+    assert says in err and fs.calls == attempts
 
 
 def test_what_is_not_a_finished_output_is_one_input_error(tmp_path):

@@ -1,4 +1,5 @@
-"""The streamed listing on moto's S3 server and the GCS emulator: order, dedup, resuming, a store failing mid-listing.
+"""The streamed listing on moto's S3 server and the GCS emulator: order, dedup, resuming, a store failing mid-listing,
+and names: keys pyarrow cannot read, a prefix that shares an object's name, a key with a tab, an output over an object.
 
 Requests go through the fault proxies, as the jobs' do. moto pages as S3 does
 (MaxKeys, StartAfter); the GCS emulator ignores maxResults and startOffset and
@@ -12,10 +13,11 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from pipeline.errors import InputError, StorageError
+from pipeline.errors import InputError, OutputError, StorageError
 from pipeline.io import filesystems, object_listing, retries
-from pipeline.io.listing import list_pages
+from pipeline.io.listing import list_inputs, list_pages
 from pipeline.kinds import kind_of
+from pipeline.output.sink import check_writable
 
 BUCKET = "listing"
 # More top-level prefixes than are listed at once (object_listing.PREFIXES_AHEAD), names that sort
@@ -27,6 +29,22 @@ KEYS = sorted(
     + ["tree/dir/", "tree/p01/skip.bin"]
     + [f"flat/n{i:03d}.txt" for i in range(40)]
 )
+
+
+# Put with the stores' own SDKs, which write any key; docembed reads them through pyarrow, as a job does.
+NAMES_BUCKET = "names"
+NAMES = [
+    "w/plain.txt",
+    "w//double.txt",  # an empty segment: pyarrow's "Empty path component"
+    "/lead.txt",
+    "w/http://x.txt",
+    "w/x/./dot.txt",  # resolved by the AWS SDK; GCS reads it as it is
+    "w/x/../dotdot.txt",  # S3 only: the GCS emulator drops the connection of its upload
+    "w/tab\there.txt",
+    "rep.txt",  # an object, and a prefix of the same name
+    "rep.txt/inner.txt",
+    "rep.txt/inner2.md",
+]
 
 
 def gcs_direct(servers) -> storage.Client:
@@ -44,6 +62,13 @@ def buckets(servers):
     for key in KEYS:
         servers.s3.put_object(Bucket=BUCKET, Key=key, Body=key.encode())
         gcs.blob(key).upload_from_string(key.encode())
+    servers.make_bucket("s3", NAMES_BUCKET)
+    servers.make_bucket("gs", NAMES_BUCKET)
+    gcs = gcs_direct(servers).bucket(NAMES_BUCKET)
+    for key in NAMES:
+        servers.s3.put_object(Bucket=NAMES_BUCKET, Key=key, Body=key.encode())
+        if ".." not in key:
+            gcs.blob(key).upload_from_string(key.encode())
     return KEYS
 
 
@@ -121,3 +146,27 @@ def test_storage_failing_mid_listing_is_a_storage_error_and_a_later_listing_comp
     assert 0 < seen < len(expected(scheme, "tree/")[0])
     servers.proxies[scheme].down = False
     assert listed([location])[:2] == expected(scheme, "tree/")
+
+
+def test_keys_pyarrow_cannot_read_are_skipped_and_the_rest_read_back(scheme, caplog):
+    inputs, skipped = list_inputs([f"{scheme}://{NAMES_BUCKET}"])
+    uris = [f.uri for f in inputs]
+    readable = ["w/plain.txt", "w/tab\there.txt", "rep.txt", "rep.txt/inner.txt", "rep.txt/inner2.md"]
+    readable += ["w/x/./dot.txt"] if scheme == "gs" else []
+    stored = NAMES if scheme == "s3" else [k for k in NAMES if ".." not in k]
+    assert uris == sorted(f"{scheme}://{NAMES_BUCKET}/{key}" for key in readable)
+    assert skipped == len(stored) - len(readable) and "empty segment" in caplog.text
+    assert filesystems.read_many(uris) == [uri.split(f"{NAMES_BUCKET}/", 1)[1].encode() for uri in uris]
+
+
+def test_a_trailing_slash_names_the_prefix_that_shares_an_objects_name(scheme):
+    base = f"{scheme}://{NAMES_BUCKET}/rep.txt"
+    assert [f.uri for f in list_inputs([base])[0]] == [base]
+    assert [f.uri for f in list_inputs([f"{base}/"])[0]] == [f"{base}/inner.txt", f"{base}/inner2.md"]
+
+
+def test_an_output_over_an_object_is_refused(scheme):
+    # As a local output over a file is: the run would write beside the object, and its name would mean both.
+    with pytest.raises(OutputError, match="rep.txt is not writable: it is an object, not a prefix"):
+        check_writable(f"{scheme}://{NAMES_BUCKET}/rep.txt")
+    check_writable(f"{scheme}://{NAMES_BUCKET}/rep.txt/out")

@@ -19,6 +19,7 @@ def test_model_directory_is_fetched_once_and_refetched_when_it_changes(tmp_path,
     local = fetch.fetch_dir(f"file://{remote}", cache)
     assert (local / "1_Pooling" / "config.json").read_text() == "{}" and len(fetches) == 2
     assert fetch.fetch_dir(f"file://{remote}", cache) == local and len(fetches) == 2
+    assert fetch.fetch_dir(f"file://{remote}/", cache) == local and len(fetches) == 2  # one directory, one copy
     (remote / "config.json").write_text('{"changed": true}')
     assert json.loads((fetch.fetch_dir(f"file://{remote}", cache) / "config.json").read_text()) == {"changed": True}
     assert len(fetches) == 4

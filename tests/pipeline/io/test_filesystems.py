@@ -36,6 +36,7 @@ def test_a_hash_is_part_of_a_key_or_name_and_file_uris_are_percent_decoded(tmp_p
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # no region lookup: nothing is asked of it
     assert filesystems.filesystem_for("s3://bucket/dir/Report #5.pdf")[1] == "bucket/dir/Report #5.pdf"
     assert filesystems.filesystem_for("gs://bucket/C#/notes.txt")[1] == "bucket/C#/notes.txt"
+    assert filesystems.filesystem_for("s3://bucket/k/tab\there\n.txt/")[1] == "bucket/k/tab\there\n.txt"
     (tmp_path / "Report #5 (final).txt").write_text("five")
     uri = f"file://{tmp_path}/Report%20%235%20(final).txt"
     assert filesystems.read_many([uri, f"file://{tmp_path}/Report #5 (final).txt"]) == [b"five", b"five"]

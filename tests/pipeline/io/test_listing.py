@@ -122,6 +122,29 @@ def test_an_object_key_with_a_question_mark_is_skipped_and_said(caplog):
     assert "'s3://b/a?.txt': its key holds a '?'" in caplog.text
 
 
+@pytest.mark.parametrize(
+    "key, why",
+    [
+        ("s3://b/w//double.txt", "an empty segment"),
+        ("gs://b//lead.txt", "an empty segment"),
+        ("s3://b/k/http://x.txt", "an empty segment"),
+        ("s3://b/w/./dot.txt", "a '.' or '..' segment"),
+        ("s3://b/w/x/../dotdot.txt", "a '.' or '..' segment"),
+    ],
+)
+def test_an_object_key_pyarrow_cannot_read_is_skipped_and_said(key, why, caplog):
+    # pyarrow refuses an empty segment ("Empty path component"), and on S3 the AWS SDK resolves "." and "..".
+    entries = [(key, 1), ("s3://b/w/ok.txt", 2)]
+    pages = list(listing._paged(iter(sorted(entries)), None, 10, ()))
+    assert [(p.entries.column("uri").to_pylist(), p.skipped) for p in pages] == [(["s3://b/w/ok.txt"], 1)]
+    assert f"{key!r}: its path holds {why}" in caplog.text
+
+
+def test_gcs_reads_keys_with_dot_segments():
+    pages = list(listing._paged(iter([("gs://b/w/../x.txt", 1), ("gs://b/w/./y.txt", 2)]), None, 10, ()))
+    assert pages[0].entries.column("uri").to_pylist() == ["gs://b/w/../x.txt", "gs://b/w/./y.txt"]
+
+
 def test_a_symlink_to_a_directory_above_is_not_followed_and_other_links_are(tmp_path):
     root = make_tree(tmp_path / "tree")
     (root / "c" / "up").symlink_to("..")  # a loop: tree/c/up/c/up/...
