@@ -99,9 +99,12 @@ def measure(block: ChunkBlock, docs: list[dict]) -> dict:
         text, _ = join_pages(doc["pages"])
         offsets = tokenizer.encode_content([text])[0].offsets
         levels = cut_levels(text, offsets)
-        token_at = {start: i for i, (start, _) in enumerate(offsets)}
-        token_after = {end: i + 1 for i, (_, end) in enumerate(offsets)}
-        spans = [(token_at[c["char_start"]], token_after[c["char_end"]]) for c in chunks]
+        # A chunk's tokens: those its characters hold (a span reaches over characters no token holds).
+        token_starts, token_ends = [a for a, _ in offsets], [b for _, b in offsets]
+        spans = [
+            (bisect.bisect_right(token_ends, c["char_start"]), bisect.bisect_left(token_starts, c["char_end"]))
+            for c in chunks
+        ]
         fills += [c["n_tokens"] / cfg.max_tokens for c in chunks]
         cut += len(spans) - 1
         on_sentence += sum(levels[end] >= SENTENCE for _, end in spans[:-1])
