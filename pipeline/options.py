@@ -307,11 +307,21 @@ def _check_value(o: Option, value: Any, where: str) -> Any:
     return items if o.repeated else value
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping, where PyYAML keeps the last silently."""
+
+    def construct_mapping(self, node, deep=False):
+        keys = [self.construct_object(key, deep=deep) for key, _ in node.value]
+        for key in {k for k in keys if isinstance(k, str) and keys.count(k) > 1}:
+            raise yaml.constructor.ConstructorError(None, None, f"the key {key!r} is given twice", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_config_file(path: str, options: tuple[Option, ...]) -> dict[str, Any]:
     """`options` from a YAML mapping, checked key by key."""
     try:
         with open(path) as f:
-            raw = yaml.safe_load(f) or {}
+            raw = yaml.load(f, Loader=_UniqueKeys) or {}
     except OSError as e:
         raise ConfigError(f"cannot read --config {path}: {e.strerror}") from None
     except UnicodeDecodeError as e:

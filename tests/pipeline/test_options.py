@@ -74,6 +74,7 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
         ("input: [null]\noutput: o\n", "input must be a list of str, got None"),
         ("- just\n- a list\n", "must hold a mapping"),
         ("input: [a\n", "not valid YAML"),
+        ("input: a\noutput: o\noverlap: 1\noverlap: 2\n", "not valid YAML: the key 'overlap' is given twice"),
         ("output: o\n", "--input is required"),
     ],
 )
