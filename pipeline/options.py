@@ -327,7 +327,7 @@ def read_config_file(path: str, options: tuple[Option, ...]) -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"--config {path} is not UTF-8 text: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"--config {path} is not valid YAML: {e}") from None
+        raise ConfigError(f"--config {path} is not valid YAML: {' '.join(str(e).split())}") from None  # one line
     if not isinstance(raw, dict):
         raise ConfigError(f"--config {path} must hold a mapping of option: value")
     by_key = {o.key: o for o in options}
