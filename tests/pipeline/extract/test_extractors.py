@@ -1,3 +1,4 @@
+import io
 import re
 import subprocess
 import sys
@@ -5,6 +6,8 @@ import unicodedata
 
 import numpy as np
 import pytest
+from pypdf import PdfWriter
+from pypdf.generic import NameObject, NumberObject
 
 from pipeline import Embedder
 from pipeline.errors import ConfigError
@@ -97,8 +100,21 @@ def test_hostile_structures_give_text_or_a_document_error(extractor):
     # The ones that stay cheap, in this process; test_sandbox takes the bomb and the bounds.
     pages = _outcome(text_pdf([f"Page {i}." for i in range(2000)]), extractor)
     assert len(pages) == 2000 and pages[1999].strip() == "Page 1999."
-    assert _outcome(page_tree_loop_pdf(), extractor) == "CorruptPDF"
+    # PDFium loads the loop's one real page, which has no text; pypdf refuses the tree.
+    assert _outcome(page_tree_loop_pdf(), extractor) == {"pypdf": "CorruptPDF", "pdfium": "NoText"}[extractor]
     assert _outcome(deeply_nested_pdf(), extractor) == DEEPLY_NESTED[extractor]
+
+
+def test_a_page_pdfium_cannot_load_costs_that_page_not_the_document():
+    # The page tree lists its own node as a second kid: PDFium loads the first page, not the second.
+    writer = PdfWriter(clone_from=io.BytesIO(text_pdf(["Kept page.", "Next page."])))
+    tree = writer._root_object["/Pages"]
+    tree[NameObject("/Kids")].insert(1, tree.indirect_reference)
+    tree[NameObject("/Count")] = NumberObject(3)
+    out = io.BytesIO()
+    writer.write(out)
+    pages = _outcome(out.getvalue(), "pdfium")  # in PDFium's order of the tree: the broken kid is an empty page
+    assert sorted(page.strip() for page in pages) == ["", "Kept page.", "Next page."]
 
 
 def _pdf_outcomes(corpus, extractor) -> dict[str, list[str] | str]:
