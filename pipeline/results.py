@@ -22,7 +22,7 @@ def read_report(output: str) -> dict:
     """The `_SUCCESS` report of a finished run. Storage failing (after retries) is `StorageError`, as in a job."""
     fs, root = filesystem_for(output)
     try:
-        return json.loads(read_file(fs, f"{root}/{SUCCESS_FILE}"))
+        return json.loads(read_file(fs, f"{root}/{SUCCESS_FILE}", f"{output.rstrip('/')}/{SUCCESS_FILE}"))
     except (FileNotFoundError, NotADirectoryError):
         raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
     except ValueError as e:  # written whole by the run (pipeline.output.ledger): what else wrote it?

@@ -181,12 +181,14 @@ def delete_tree(fs: pafs.FileSystem, path: str) -> None:
         _delete(fs.delete_dir, path)
 
 
-def read_file(fs: pafs.FileSystem, path: str) -> bytes:
+def read_file(fs: pafs.FileSystem, path: str, uri: str | None = None) -> bytes:
+    """The bytes at `path`; a failure names `uri`, the file as the user knows it, where given."""
+
     def read():
         with fs.open_input_stream(path) as f:
             return f.read()
 
-    return retrying(f"cannot read {path}", read)
+    return retrying(f"cannot read {uri or path}", read)
 
 
 def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) -> None:
@@ -226,7 +228,7 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) ->
 def read_bytes(uri: str) -> bytes:
     """The bytes of one input file, read on a worker; FileNotFoundError etc. for a vanished file."""
     fs, path = filesystem_for(uri)
-    return read_file(fs, path)
+    return read_file(fs, path, uri)  # pyarrow's path lacks the scheme: s3://b/k reads as b/k
 
 
 def read_many(uris: list[str]) -> list[bytes | Exception]:

@@ -87,7 +87,7 @@ def test_search_says_in_one_line_when_storage_refuses_or_is_down(monkeypatch, ca
     monkeypatch.setattr(results, "filesystem_for", lambda output: (fs, "out1/o"))
     assert search.main(["--output", "s3://out1/o", "--query", "bread"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("docembed: error: cannot read out1/o/_SUCCESS: ") and err.count("\n") == 1, err
+    assert err.startswith("docembed: error: cannot read s3://out1/o/_SUCCESS: ") and err.count("\n") == 1, err
     assert says in err and fs.calls == attempts
 
 

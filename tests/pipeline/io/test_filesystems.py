@@ -1,9 +1,12 @@
-"""Reading a block's input files: contents in order, a missing file as its error in place."""
+"""Reading a block's input files: contents in order, a missing file as its error in place, a refused one named."""
 
 from __future__ import annotations
 
 import concurrent.futures
 
+import pytest
+
+from pipeline.errors import StorageError
 from pipeline.io import filesystems
 
 
@@ -40,3 +43,16 @@ def test_a_hash_is_part_of_a_key_or_name_and_file_uris_are_percent_decoded(tmp_p
     (tmp_path / "Report #5 (final).txt").write_text("five")
     uri = f"file://{tmp_path}/Report%20%235%20(final).txt"
     assert filesystems.read_many([uri, f"file://{tmp_path}/Report #5 (final).txt"]) == [b"five", b"five"]
+
+
+def test_a_read_that_storage_refuses_names_the_uri_as_given(monkeypatch):
+    # pyarrow's path for s3://in1/w/plain.txt is in1/w/plain.txt: the message names the URI the user knows.
+    class Refusing:
+        type_name = "s3"
+
+        def open_input_stream(self, path):
+            raise OSError("AWS Error ACCESS_DENIED during GetObject operation: Access Denied")
+
+    monkeypatch.setattr(filesystems, "filesystem_for", lambda uri: (Refusing(), uri.removeprefix("s3://")))
+    with pytest.raises(StorageError, match=r"^cannot read s3://in1/w/plain\.txt: "):
+        filesystems.read_bytes("s3://in1/w/plain.txt")
