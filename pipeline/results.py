@@ -37,7 +37,10 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
     if not list_files(fs, f"{root}/{which}"):
         table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
     else:
-        table = retrying(f"cannot read {root}/{which}", lambda: pq.read_table(f"{root}/{which}", filesystem=fs))
+        # Named by the URI given, scheme and all: `root` is pyarrow's path.
+        table = retrying(
+            f"cannot read {output.rstrip('/')}/{which}", lambda: pq.read_table(f"{root}/{which}", filesystem=fs)
+        )
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     return table.sort_by(keys)
 

@@ -91,7 +91,8 @@ def unreadable_key(location: str) -> str | None:
     scheme = scheme_of(location)
     if scheme not in OBJECT_STORE_SCHEMES:
         return None
-    segments = parse(location).path.removesuffix("/").split("/")[1:]  # "/w//a.txt": ["w", "", "a.txt"]
+    # The key as written, as `filesystem_for` reads it (urlparse would drop a tab): "b/w//a.txt" -> ["w", "", "a.txt"].
+    segments = location.split("://", 1)[1].removesuffix("/").split("/")[1:]
     if "" in segments:
         return "its path holds an empty segment ('//'), which docembed's storage client (pyarrow) cannot open"
     if scheme == "s3" and {".", ".."} & set(segments):
