@@ -153,8 +153,7 @@ def write_success(output: str, report: dict) -> None:
     """Writes `_SUCCESS`, the run's last file, then removes `_staging/`: it holds only what failed writes left
     (a rerun would sweep it), and an empty one, a marker object on S3, would stay in the finished output."""
     fs, root = filesystem_for(output)
-    data = json.dumps(report, indent=2, sort_keys=True).encode()
-    storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, f"{root}/{STAGING_DIR}")
-    staging = f"{root}/{STAGING_DIR}"
+    data, staging = json.dumps(report, indent=2, sort_keys=True).encode(), f"{root}/{STAGING_DIR}"
+    storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, staging)
     if storage.file_info(fs, staging).type == pafs.FileType.Directory:
         retrying(f"cannot remove {redact(output)}/{STAGING_DIR}", lambda: fs.delete_dir(staging))

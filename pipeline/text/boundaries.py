@@ -103,11 +103,10 @@ def cut_levels(text: str, offsets) -> np.ndarray:
     spaceless = np.append(_spaceless(codepoints), False)  # index len(text): past the end
     mark, space = _in_bmp_table(_MARK, codepoints), _in_bmp_table(_SPACE, codepoints)
     spaces_before = np.concatenate(([0], np.cumsum(space[:-1])))  # [len(text) + 1]: white space in text[:i]
-    word = (after >= before) & (
-        (spaces_before[after] > spaces_before[before]) | space[np.maximum(before - 1, 0)] | space[after]
-    )
+    last = np.maximum(before - 1, 0)  # the last character of the token before each cut
+    word = (after >= before) & ((spaces_before[after] > spaces_before[before]) | space[last] | space[after])
     touching = (after == before) & ~mark[after]
-    character = touching & (spaceless[np.maximum(before - 1, 0)] | spaceless[after])
+    character = touching & (spaceless[last] | spaceless[after])
     inner = np.where(word, WORD, np.where(character, CHARACTER, NONE))
     for level, positions in (
         (SENTENCE, _sentence_ends(text)),
