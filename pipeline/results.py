@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.io.filesystems import filesystem_for, list_files, read_file
+from pipeline.io.filesystems import filesystem_for, list_files, read_file, shown
 from pipeline.io.retries import retrying
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
 from pipeline.schemas import CHUNK_FIELDS, ERRORS_SCHEMA
@@ -22,7 +22,7 @@ def read_report(output: str) -> dict:
     """The `_SUCCESS` report of a finished run. Storage failing (after retries) is `StorageError`, as in a job."""
     fs, root = filesystem_for(output)
     try:
-        return json.loads(read_file(fs, f"{root}/{SUCCESS_FILE}", f"{output.rstrip('/')}/{SUCCESS_FILE}"))
+        return json.loads(read_file(fs, f"{root}/{SUCCESS_FILE}"))
     except (FileNotFoundError, NotADirectoryError):
         raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
     except ValueError as e:  # written whole by the run (pipeline.output.ledger): what else wrote it?
@@ -37,10 +37,8 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
     if not list_files(fs, f"{root}/{which}"):
         table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
     else:
-        # Named by the URI given, scheme and all: `root` is pyarrow's path.
-        table = retrying(
-            f"cannot read {output.rstrip('/')}/{which}", lambda: pq.read_table(f"{root}/{which}", filesystem=fs)
-        )
+        path = f"{root}/{which}"
+        table = retrying(f"cannot read {shown(fs, path)}", lambda: pq.read_table(path, filesystem=fs))
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     return table.sort_by(keys)
 

@@ -122,6 +122,12 @@ def is_object_store(fs: pafs.FileSystem) -> bool:
     return fs.type_name in ("s3", "gcs")
 
 
+def shown(fs: pafs.FileSystem, path: str) -> str:
+    """`path` as the user writes it, for messages: pyarrow's object-store paths lack the scheme (s3://b/k is b/k)."""
+    scheme = {"s3": "s3", "gcs": "gs"}.get(fs.type_name)
+    return f"{scheme}://{path}" if scheme else path
+
+
 def bucket_missing(fs: pafs.FileSystem, path: str) -> str | None:
     """The bucket of object-store `path` when it does not exist; None when it does (or `fs` is local)."""
     if not is_object_store(fs):
@@ -131,7 +137,7 @@ def bucket_missing(fs: pafs.FileSystem, path: str) -> str | None:
 
 
 def file_info(fs: pafs.FileSystem, path: str) -> pafs.FileInfo:
-    return retrying(f"cannot look up {path}", lambda: fs.get_file_info(path))
+    return retrying(f"cannot look up {shown(fs, path)}", lambda: fs.get_file_info(path))
 
 
 def exists(fs: pafs.FileSystem, path: str) -> bool:
@@ -148,7 +154,7 @@ def list_files(fs: pafs.FileSystem, path: str) -> list[pafs.FileInfo]:
             return []
         return [i for i in infos if i.type == pafs.FileType.File]
 
-    return retrying(f"cannot list {path}", ls)
+    return retrying(f"cannot list {shown(fs, path)}", ls)
 
 
 def makedirs(fs: pafs.FileSystem, path: str) -> None:
@@ -157,7 +163,7 @@ def makedirs(fs: pafs.FileSystem, path: str) -> None:
         retrying(f"cannot create {path}", lambda: fs.create_dir(path, recursive=True))
 
 
-def _delete(remove, path: str) -> None:
+def _delete(fs: pafs.FileSystem, remove, path: str) -> None:
     """`remove(path)` with retries; already gone counts as done, so a retried delete is safe."""
 
     def run():
@@ -166,11 +172,11 @@ def _delete(remove, path: str) -> None:
         except FileNotFoundError:
             pass
 
-    retrying(f"cannot delete {path}", run)
+    retrying(f"cannot delete {shown(fs, path)}", run)
 
 
 def delete_file(fs: pafs.FileSystem, path: str) -> None:
-    _delete(fs.delete_file, path)
+    _delete(fs, fs.delete_file, path)
 
 
 def delete_tree(fs: pafs.FileSystem, path: str) -> None:
@@ -178,17 +184,17 @@ def delete_tree(fs: pafs.FileSystem, path: str) -> None:
     for info in list_files(fs, path):
         delete_file(fs, info.path)
     if not is_object_store(fs):
-        _delete(fs.delete_dir, path)
+        _delete(fs, fs.delete_dir, path)
 
 
-def read_file(fs: pafs.FileSystem, path: str, uri: str | None = None) -> bytes:
-    """The bytes at `path`; a failure names `uri`, the file as the user knows it, where given."""
+def read_file(fs: pafs.FileSystem, path: str) -> bytes:
+    """The bytes at `path`."""
 
     def read():
         with fs.open_input_stream(path) as f:
             return f.read()
 
-    return retrying(f"cannot read {uri or path}", read)
+    return retrying(f"cannot read {shown(fs, path)}", read)
 
 
 def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) -> None:
@@ -222,13 +228,13 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) ->
                 pass  # swept with the staging dir on the next run
             raise
 
-    retrying(f"cannot write {path}", stage_check_move)
+    retrying(f"cannot write {shown(fs, path)}", stage_check_move)
 
 
 def read_bytes(uri: str) -> bytes:
     """The bytes of one input file, read on a worker; FileNotFoundError etc. for a vanished file."""
     fs, path = filesystem_for(uri)
-    return read_file(fs, path, uri)  # pyarrow's path lacks the scheme: s3://b/k reads as b/k
+    return read_file(fs, path)
 
 
 def read_many(uris: list[str]) -> list[bytes | Exception]:

@@ -95,7 +95,7 @@ def _read(fs: pafs.FileSystem, path: str, columns: list[str] | None) -> pa.Table
         with fs.open_input_file(path) as f:
             return pq.read_table(f, columns=columns)
 
-    return retrying(f"cannot read {path}", read)
+    return retrying(f"cannot read {storage.shown(fs, path)}", read)
 
 
 def _index(info: pafs.FileInfo) -> int | None:

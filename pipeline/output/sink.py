@@ -43,7 +43,7 @@ def check_writable(output: str) -> None:
             # As a local output over a file is refused: the run would write beside the object, under its name.
             if storage.file_info(fs, root).type == pafs.FileType.File:
                 raise OutputError(f"output {redact(output)} is not writable: it is an object, not a prefix")
-            retrying(f"cannot write {probe}", lambda: _write_probe(fs, probe))
+            retrying(f"cannot write {storage.shown(fs, probe)}", lambda: _write_probe(fs, probe))
             storage.delete_file(fs, probe)
             return
         existed = storage.exists(fs, root)

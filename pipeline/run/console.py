@@ -16,12 +16,15 @@ logger's handlers) and `ray.init`'s `logging_level` and `log_to_driver`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import re
 import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterator
 
+from pipeline.errors import StorageError
 from pipeline.run.report import ProgressLine
 
 
@@ -35,8 +38,9 @@ def ray_init_args(verbosity: str) -> dict:
 
 
 def configure_ray_data(verbosity: str) -> None:
-    """Ray Data's progress display and console level for datasets made after this call, and Ray's
-    notices that say nothing is wrong: shown on verbose only."""
+    """Ray Data's progress display and console level for datasets made after this call; Ray's notices
+    that say nothing is wrong, and its records of a storage failure that the run says in one line, are
+    shown on verbose only."""
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = verbosity == "verbose"
@@ -44,8 +48,10 @@ def configure_ray_data(verbosity: str) -> None:
     for handler in logging.getLogger("ray.data").handlers:
         if _writes_to_console(handler):
             handler.setLevel(console)
-            _drop_notice(handler, BARS_OFF_NOTICE, verbosity)
-    _drop_notice(logging.getLogger(AUTH_NOTICE_LOGGER), AUTH_ON_NOTICE, verbosity)
+            _off_verbose(handler, _Notice(BARS_OFF_NOTICE), verbosity)
+            _off_verbose(handler, _Notice(ABORT_NOTICE), verbosity)
+            _off_verbose(handler, _StorageFailure(), verbosity)
+    _off_verbose(logging.getLogger(AUTH_NOTICE_LOGGER), _Notice(AUTH_ON_NOTICE), verbosity)
 
 
 def _writes_to_console(handler: logging.Handler) -> bool:
@@ -57,6 +63,10 @@ def _writes_to_console(handler: logging.Handler) -> bool:
 # Ray Data warns once that its progress bars are off, telling how to turn them on: here they are off
 # because docembed shows its own progress (`--verbose` shows Ray's).
 BARS_OFF_NOTICE = "Progress bars disabled"
+# Ray Data announces that a task failed and the run stops, with advice for Ray Data's own users
+# (`DataContext.max_errored_blocks`); the run then reports that failure itself: in one line when it is the
+# user's or storage's to fix, with its traceback otherwise.
+ABORT_NOTICE = "An exception was raised from a task of operator"
 # A local Ray that finds ~/.ray/auth_token turns token authentication on and says so at WARNING: good
 # news, not a warning. (Its opposite, that authentication is off, stays: that one is a security warning.)
 # Ray names the logger after the private module that logs it: no public name reaches that record.
@@ -64,23 +74,80 @@ AUTH_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 AUTH_ON_NOTICE = "Token authentication is enabled"
 
 
-class _Notice(logging.Filter):
-    """Drops the records whose message starts with `prefix`."""
+@dataclasses.dataclass(frozen=True)
+class _Notice:
+    """A logging filter: drops the records whose message starts with `prefix`."""
 
-    def __init__(self, prefix: str):
-        super().__init__()
-        self.prefix = prefix
+    prefix: str
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not record.getMessage().startswith(self.prefix)
 
 
-def _drop_notice(where: logging.Logger | logging.Handler, prefix: str, verbosity: str) -> None:
-    """Drops the notice starting with `prefix` at `where`, off verbose; verbose shows it again."""
-    for f in [f for f in where.filters if isinstance(f, _Notice) and f.prefix == prefix]:
+@dataclasses.dataclass(frozen=True)
+class _StorageFailure:
+    """A logging filter: drops the records of a storage failure, which the run then says in one line
+    (`storage_failures_in_one_line`).
+
+    Besides ABORT_NOTICE, which carries a read task's traceback (130 lines and
+    more), Ray Data logs a failed task's exception as it reaches the driver:
+    for a read task, that it is in "Ray Data or Ray Core internal code" with a
+    link to file an issue, which is wrong for storage that is down, then the
+    "Full stack trace"; for a map task, that user code raised it. Some records
+    carry the exception; the others are logged while it is handled, so the
+    filter, which runs in the logging call, finds it in `sys.exc_info()`. Ray
+    Data's log file keeps every record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
+        return failure is None or storage_failure(failure) is None
+
+
+def _off_verbose(where: logging.Logger | logging.Handler, kept: _Notice | _StorageFailure, verbosity: str) -> None:
+    """Puts filter `kept` on `where` in place of an equal one, off verbose; verbose shows everything again."""
+    for f in [f for f in where.filters if f == kept]:
         where.removeFilter(f)
     if verbosity != "verbose":
-        where.addFilter(_Notice(prefix))
+        where.addFilter(kept)
+
+
+@contextlib.contextmanager
+def storage_failures_in_one_line() -> Iterator[None]:
+    """A StorageError raised in a worker, however Ray wrapped it on its way, as the driver's StorageError."""
+    try:
+        yield
+    except Exception as e:
+        cause = storage_failure(e)
+        if cause is None:
+            raise
+        raise StorageError(f"{cause} (groups finished so far are kept: rerun the same command to resume)") from None
+
+
+def storage_failure(e: BaseException | None) -> str | None:
+    """The message of the StorageError behind a failure of the Ray Data job, however Ray wrapped it.
+
+    A worker's exception reaches the driver as a RayTaskError around Ray Data's
+    UserCodeException, whose cause did not survive pickling: only its text did.
+    """
+    import ray.exceptions
+
+    seen, todo = set(), [e]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, StorageError) and not isinstance(e, ray.exceptions.RayError):
+            return str(e)
+        found = _REMOTE_STORAGE_ERROR.search(str(e))
+        if found:
+            return found.group(1).strip()
+        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+    return None
+
+
+_REMOTE_STORAGE_ERROR = re.compile(r"pipeline\.errors\.StorageError: ([^\n]+)")
 
 
 def docembed_level(verbosity: str) -> int:

@@ -10,13 +10,11 @@ is made (`pipeline.run.feed`), and the ledger keeps a tally per group.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
 import logging
 import os
-import re
 import signal
 import time
 import uuid
@@ -31,7 +29,7 @@ from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
-from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.errors import ConfigError, InputError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
@@ -45,7 +43,7 @@ from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, open_output
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
-from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args
+from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args, storage_failures_in_one_line
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import ListingFailed
 from pipeline.run.report import ProgressLine, RunReport, startup
@@ -337,7 +335,7 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorde
     are never read: see `sink.WriteBlock`. Ray Data's executor stops when its iterator is collected, which an
     exception leaving the loop does at once.
     """
-    with _storage_failures_in_one_line():
+    with storage_failures_in_one_line():
         try:
             for _ in ds.iter_internal_ref_bundles():
                 rows = ray.get(recorder.feed.take_written.remote())
@@ -356,39 +354,3 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorde
                 raise recorder.error from None
             raise
         recorder.join()
-
-
-@contextlib.contextmanager
-def _storage_failures_in_one_line() -> Iterator[None]:
-    """A StorageError raised in a worker, however Ray wrapped it on its way, as the driver's StorageError."""
-    try:
-        yield
-    except Exception as e:
-        cause = _storage_failure(e)
-        if cause is None:
-            raise
-        raise StorageError(f"{cause} (groups finished so far are kept: rerun the same command to resume)") from None
-
-
-def _storage_failure(e: BaseException) -> str | None:
-    """The message of the StorageError behind a failure of the Ray Data job, however Ray wrapped it.
-
-    A worker's exception reaches the driver as a RayTaskError around Ray Data's
-    UserCodeException, whose cause did not survive pickling: only its text did.
-    """
-    seen, todo = set(), [e]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, StorageError) and not isinstance(e, ray.exceptions.RayError):
-            return str(e)
-        found = _REMOTE_STORAGE_ERROR.search(str(e))
-        if found:
-            return found.group(1).strip()
-        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
-    return None
-
-
-_REMOTE_STORAGE_ERROR = re.compile(r"pipeline\.errors\.StorageError: ([^\n]+)")

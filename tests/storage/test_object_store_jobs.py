@@ -6,6 +6,9 @@ storage that stays down, and bad inputs that must fail in one line writing nothi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -20,7 +23,7 @@ from pipeline.io.filesystems import filesystem_for, list_files
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 
 from stored_corpus import expected_docs, upload
-from support import assert_no_secrets, ray_log_files, recorded_members
+from support import REPO, assert_no_secrets, ray_log_files, recorded_members
 
 GROUP = 4  # files per commit group: the corpus makes several
 
@@ -126,38 +129,45 @@ def test_job_with_model_from_storage_and_transient_faults(stores, servers, schem
     assert read_report(output)["model"]["id"] == model
 
 
-def test_storage_down_fails_loudly_then_resume_completes(stores, servers):
-    """S3 goes down once the first part is committed: the job fails in one line, marks nothing; a rerun finishes."""
+def test_storage_down_fails_loudly_then_resume_completes(stores, servers, storage_ray):
+    """S3 goes down as the recorded listing is read back, then, on the rerun, once the first part is committed.
+    Each CLI run, a process of its own so that its stderr is what a terminal shows, fails in one line (Ray Data's
+    records of the failure, a read task's traceback among them, stay in its log file) and marks nothing done;
+    a third run finishes."""
     base, output = "s3://jobs-in/corpus", "s3://jobs-out/down"
+    command = [sys.executable, "jobs/embed.py", "--input", base, "--output", output, "--overlap", "16"]
+    command += ["--group-size", str(GROUP), "--quiet"]
     proxy = servers.proxies["s3"]
     proxy.reset()
-    stop = threading.Event()
+    for when in ("down/_inputs/_LISTED.json", "down/embeddings/"):
+        stop = threading.Event()
 
-    def take_down_after_first_part():
-        while not stop.is_set():
-            listed = servers.s3.list_objects_v2(Bucket="jobs-out", Prefix="down/embeddings/")
-            if listed.get("KeyCount", 0):
-                proxy.down = True
-                return
-            time.sleep(0.05)
+        def take_down_when_written(prefix=when, stop=stop):
+            while not stop.is_set():
+                if servers.s3.list_objects_v2(Bucket="jobs-out", Prefix=prefix).get("KeyCount", 0):
+                    proxy.down = True
+                    return
+                time.sleep(0.05)
 
-    watcher = threading.Thread(target=take_down_after_first_part, daemon=True)
-    watcher.start()
-    started = time.time()
-    try:
-        with pytest.raises(StorageError) as failure:
-            run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
-    finally:
-        stop.set()
-        watcher.join()
-        proxy.reset()
-    message = str(failure.value)
-    assert "\n" not in message and "SLOW_DOWN" in message and "rerun" in message, message
-    assert time.time() - started < 120
-    listed = servers.s3.list_objects_v2(Bucket="jobs-out", Prefix="down/")
-    names = [o["Key"] for o in listed.get("Contents", [])]
-    assert "down/_SUCCESS" not in names
-    assert_markers_hold_their_data(output)
+        watcher = threading.Thread(target=take_down_when_written, daemon=True)
+        watcher.start()
+        started = time.time()
+        try:
+            run = subprocess.run(
+                command, env={**os.environ, "RAY_ADDRESS": storage_ray}, cwd=REPO, capture_output=True, text=True
+            )
+        finally:
+            stop.set()
+            watcher.join()
+            proxy.reset()
+        assert run.returncode == 2 and time.time() - started < 120, run.stderr[-3000:]
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("docembed: error: cannot "), run.stderr[-3000:]
+        assert "s3://jobs-out/down/" in lines[0] and ("SLOW_DOWN" in lines[0] or "503" in lines[0]), lines[0]
+        assert lines[0].endswith("(groups finished so far are kept: rerun the same command to resume)"), lines[0]
+        listed = servers.s3.list_objects_v2(Bucket="jobs-out", Prefix="down/")
+        assert "down/_SUCCESS" not in [o["Key"] for o in listed.get("Contents", [])]
+        assert_markers_hold_their_data(output)
 
     report = run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
     assert report is not None

@@ -45,14 +45,23 @@ def test_a_hash_is_part_of_a_key_or_name_and_file_uris_are_percent_decoded(tmp_p
     assert filesystems.read_many([uri, f"file://{tmp_path}/Report #5 (final).txt"]) == [b"five", b"five"]
 
 
-def test_a_read_that_storage_refuses_names_the_uri_as_given(monkeypatch):
-    # pyarrow's path for s3://in1/w/plain.txt is in1/w/plain.txt: the message names the URI the user knows.
-    class Refusing:
-        type_name = "s3"
+@pytest.mark.parametrize("type_name, scheme", [("s3", "s3"), ("gcs", "gs")])
+def test_storage_failures_name_the_uri_as_the_user_writes_it(monkeypatch, type_name, scheme):
+    # pyarrow's path for s3://in1/w/plain.txt is in1/w/plain.txt: each message names the URI the user knows.
+    def refuse(*args, **kwargs):
+        raise OSError("AWS Error ACCESS_DENIED during GetObject operation: Access Denied")
 
-        def open_input_stream(self, path):
-            raise OSError("AWS Error ACCESS_DENIED during GetObject operation: Access Denied")
-
-    monkeypatch.setattr(filesystems, "filesystem_for", lambda uri: (Refusing(), uri.removeprefix("s3://")))
-    with pytest.raises(StorageError, match=r"^cannot read s3://in1/w/plain\.txt: "):
-        filesystems.read_bytes("s3://in1/w/plain.txt")
+    refusing = type("Refusing", (), {"type_name": type_name, "__getattr__": lambda self, name: refuse})()
+    monkeypatch.setattr(filesystems, "filesystem_for", lambda uri: (refusing, uri.split("://", 1)[1]))
+    calls = {
+        "read": lambda fs, path: filesystems.read_file(fs, path),
+        "write": lambda fs, path: filesystems.write_file(fs, path, b"x", "in1/_staging"),
+        "look up": filesystems.file_info,
+        "list": filesystems.list_files,
+        "delete": filesystems.delete_file,
+    }
+    for verb, call in calls.items():
+        with pytest.raises(StorageError, match=rf"^cannot {verb} {scheme}://in1/w/plain\.txt: "):
+            call(refusing, "in1/w/plain.txt")
+    with pytest.raises(StorageError, match=rf"^cannot read {scheme}://in1/w/plain\.txt: "):
+        filesystems.read_bytes(f"{scheme}://in1/w/plain.txt")

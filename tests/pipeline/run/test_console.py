@@ -47,6 +47,46 @@ def test_ray_datas_bars_off_notice_is_dropped_off_verbose_only():
         configure_ray_data("verbose")
 
 
+def test_ray_datas_records_of_a_storage_failure_are_dropped_off_verbose_only():
+    """The run says a storage failure in one line: Ray Data's records of it, and its notice that the run aborts,
+    stay in its log file. Other errors, and records logged while handling them, still show."""
+    from ray.exceptions import RayTaskError
+
+    from pipeline.errors import StorageError
+
+    logger = logging.getLogger("ray.data")
+    handler = next(h for h in logger.handlers if not isinstance(h, SessionFileHandler))
+    storage = StorageError("cannot read s3://b/o/_inputs/part-000000.parquet: still failing after 3 attempts")
+    # As it reaches the driver from a worker: Ray's wrapper, whose text holds the worker's traceback.
+    remote = RayTaskError("ReadRecordedInputs", f"Traceback ...\npipeline.errors.StorageError: {storage}\n", storage)
+    bug = ValueError("a bug")
+
+    def shown(message: str, carried: BaseException | None = None, handling: BaseException | None = None) -> bool:
+        info = (type(carried), carried, None) if carried else None
+        record = logger.makeRecord("ray.data", logging.ERROR, "x", 1, message, (), info)
+        if handling is None:
+            return handler.filter(record)
+        try:
+            raise handling
+        except type(handling):
+            return handler.filter(record)
+
+    abort = 'An exception was raised from a task of operator "ReadRecordedInputs". Dataset execution will now abort.'
+    try:
+        for verbosity in ("normal", "quiet"):
+            configure_ray_data(verbosity)
+            assert not shown(abort) and not shown(abort, carried=bug)
+            assert not shown("Full stack trace:", carried=remote) and not shown("Full stack trace:", carried=storage)
+            assert not shown("Exception occurred in Ray Data or Ray Core internal code.", handling=remote)
+            assert shown("Full stack trace:", carried=bug) and shown("an actor died", handling=bug)
+            assert shown("an actor died")
+        configure_ray_data("verbose")
+        assert shown(abort) and shown("Full stack trace:", carried=remote)
+        assert shown("Exception occurred in Ray Data or Ray Core internal code.", handling=remote)
+    finally:
+        configure_ray_data("verbose")
+
+
 def test_rays_token_auth_on_notice_is_dropped_off_verbose_only_and_the_off_warning_stays():
     logger = logging.getLogger(AUTH_NOTICE_LOGGER)
 
