@@ -22,11 +22,11 @@ from pipeline.kinds import SHARD_KINDS
 from pipeline.schemas import INPUTS_SCHEMA, WORK_SCHEMA
 
 # The extraction stage's input blocks: a block closes at this many bytes of input, a PDF counting at
-# least PDF_BLOCK_COST, so a block holds at most 16 PDFs. A block is one task of the extraction stage and
-# one call of the chunk stage, which Ray Data fuses with it (pipeline.run.job), so one slow PDF holds up
-# the other 15 of its block. Smaller blocks left Ray Data's state for each of them on the driver (about
-# 0.9 KiB a block over a run, docs/scale.md). A group of tiny text files is one block: blocks and tasks
-# grow per group of them.
+# least PDF_BLOCK_COST, so a block holds at most 16 PDFs, what one task of the extraction stage takes
+# anyway: Ray Data fuses it with the chunk stage, whose calls take CHUNK_BATCH (16) documents
+# (pipeline.run.job), so one slow PDF holds up the other 15 of its task however the blocks are cut.
+# Smaller blocks only left Ray Data's state for each of them on the driver (about 0.9 KiB a block over a
+# run, docs/scale.md). A group of tiny text files is one block: blocks and tasks grow per group of them.
 BLOCK_BYTES = 1 << 20
 PDF_BLOCK_COST = BLOCK_BYTES // 16
 

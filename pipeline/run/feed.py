@@ -78,18 +78,17 @@ def part_rows(k: int) -> int:
 
 def in_flight_groups(call_files: int, actors: int, group_size: int) -> int:
     """Groups the read keeps ahead of the commits: IN_FLIGHT_CALLS calls on each encoder actor of `call_files`,
-    the files an encoder call may hold. Tiny files at 64 a group, one 2-core CPU encoder (calls of 128
-    packs, taken to hold 16 files each): 96 groups."""
+    the most files an encoder call may hold. Tiny files at 64 a group, one 2-core CPU encoder (calls of 128
+    packs of at most 16 files): 96 groups."""
     return max(2, -(-IN_FLIGHT_CALLS * call_files * actors // group_size))
 
 
 class Window:
     """The read's window in groups, sized to what the encoder calls really take once groups commit.
 
-    Before any commit the window takes a call to hold as many files as tiny ones make (`call_files`: 16 to
-    a pack, pipeline.run.job's PACK_FILES), so the first calls, which the chunk stage's ramp keeps small
-    (pipeline.encode.packs), do not wait for it; a group of PDFs, that each fills at least one pack (the
-    read's `pdf_window`). That bound is 3 calls of 2,048 files on a 2-core CPU, which a corpus of PDFs
+    Before any commit the window assumes the most files a call may hold (`call_files`: tiny files, 16 to a
+    pack), so the first calls never wait for it; a group of PDFs, that each fills at least one pack (the
+    read's `pdf_window`). That bound is 3 calls of 4,096 files on a 2-core CPU, which a corpus of PDFs
     (about 24 to a call) never reaches: the read then ran through the whole record, and the chunk stage's
     packs of every PDF queued in front of the encoder, each queued block holding some 35 KiB of Ray Data's
     and Ray's state on the driver (docs/scale.md). So the committed groups' tokens per file (all

@@ -55,9 +55,8 @@ from pipeline.text.chunking import ChunkingConfig
 
 log = logging.getLogger("docembed")
 
-# Until groups commit, the read's window takes a pack (about one window of tokens) to hold this many files,
-# what a window of 256 tokens holds of 17-token notes; commits then say how many a call takes (feed.Window).
-PACK_FILES = 16
+# Document rows per block handed to the tokenise + chunk actors.
+CHUNK_BATCH = 16
 # Full encoder batches per encoder call: enough that length buckets fill and a
 # call's partial tail is small beside them, few enough that encoding starts
 # while extraction still runs (a call waits until its rows have arrived).
@@ -101,10 +100,7 @@ class JobGraph:
             .map_batches(
                 ChunkBlock,
                 fn_constructor_args=(cfg.model, self.chunking, record, call_packs),  # packs, as EncodeBlock takes
-                # A call per block: a group's files up to 1 MiB, at most 16 PDFs (pipeline.output.groups), or a
-                # shard's documents SHARD_BLOCK at a time. Calls of 16 documents cost a group of 64 tiny files
-                # four calls, four round trips to the coordinator and four blocks on the driver (BENCHMARKS.md).
-                batch_size=None,
+                batch_size=CHUNK_BATCH,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
                 num_cpus=placement.stage_cpus,
@@ -273,8 +269,10 @@ def _run_on_ray(
     )
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))
+    # A pack is about one window of tokens and holds the chunks of one chunk-stage call, so at most CHUNK_BATCH
+    # files.
     call_packs = encode_call_rows(placement, cfg.encoder)
-    window = Window(call_packs * chunking.max_tokens, call_packs * PACK_FILES, placement.actors, cfg.group_size)
+    window = Window(call_packs * chunking.max_tokens, call_packs * CHUNK_BATCH, placement.actors, cfg.group_size)
     # Until a group commits, a PDF is taken to fill at least one pack (a window of tokens; a page of prose is
     # about two): the most files a call may hold would let 12,288 PDFs into the stages before the first commit.
     pdf_window = in_flight_groups(call_packs, placement.actors, cfg.group_size)

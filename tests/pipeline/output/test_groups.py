@@ -6,6 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from pipeline.output.groups import BLOCK_BYTES, GroupCutter, record_groups, work_blocks
+from pipeline.run.job import CHUNK_BATCH
 
 from support import listing, text_files
 
@@ -57,7 +58,7 @@ def test_work_blocks_never_mix_groups_and_close_at_their_byte_budget():
     big = record_groups(listing(text_files(6), size=BLOCK_BYTES // 2), 6, "s")
     assert [b.num_rows for b in work_blocks(big)] == [2, 2, 2]
     pdfs = record_groups(listing([f"/d/p{i}.pdf" for i in range(40)], size=1000), 64, "s")
-    # Sixteen PDFs to a block: a task of the extraction stage and a call of the chunk stage, fused with it.
-    assert [b.num_rows for b in work_blocks(pdfs)] == [16, 16, 8]
+    # As many PDFs as a task of the extraction stage, fused with the chunk stage, takes anyway.
+    assert [b.num_rows for b in work_blocks(pdfs)] == [CHUNK_BATCH, CHUNK_BATCH, 8]
     big_pdfs = record_groups(listing([f"/d/p{i}.pdf" for i in range(9)], size=BLOCK_BYTES // 4), 64, "s")
     assert [b.num_rows for b in work_blocks(big_pdfs)] == [4, 4, 1]  # big PDFs close a block by their bytes

@@ -123,7 +123,7 @@ def test_the_drivers_narrower_window_holds_the_read_back(tmp_path):
 
 
 def test_the_window_follows_the_tokens_per_file_of_the_committed_groups():
-    # One encoder: calls of 256 packs of 256 tokens, taken to hold 16 files a pack before commits; groups of 64.
+    # One 2-core CPU encoder: calls of 256 packs of 256 tokens, at most 16 files a pack; groups of 64.
     window = Window(call_tokens=256 * 256, call_files=256 * 16, actors=1, group_size=64)
     assert window.groups == in_flight_groups(256 * 16, 1, 64) == 192  # before any commit: the most files
     tiny = {"docs_ok": 64, "docs_failed": 0, "tokens": 64 * 17}
