@@ -88,7 +88,7 @@ class Window:
 
     Before any commit the window assumes the most files a call may hold (`call_files`: tiny files, 16 to a
     pack), so the first calls never wait for it; a group of PDFs, that each fills at least one pack (the
-    read's `pdf_window`). That bound is 3 calls of 4,096 files on a 2-core CPU, which a corpus of PDFs
+    read's `pdf_window`). That bound is 3 calls of 2,048 files on a 2-core CPU, which a corpus of PDFs
     (about 24 to a call) never reaches: the read then ran through the whole record, and the chunk stage's
     packs of every PDF queued in front of the encoder, each queued block holding some 35 KiB of Ray Data's
     and Ray's state on the driver (docs/scale.md). So the committed groups' tokens per file (all

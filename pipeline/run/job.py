@@ -274,7 +274,7 @@ def _run_on_ray(
     call_packs = encode_call_rows(placement, cfg.encoder)
     window = Window(call_packs * chunking.max_tokens, call_packs * CHUNK_BATCH, placement.actors, cfg.group_size)
     # Until a group commits, a PDF is taken to fill at least one pack (a window of tokens; a page of prose is
-    # about two): the most files a call may hold would let 12,288 PDFs into the stages before the first commit.
+    # about two): the most files a call may hold would let 6,144 PDFs into the stages before the first commit.
     pdf_window = in_flight_groups(call_packs, placement.actors, cfg.group_size)
     source = RecordedInputs(
         cfg.output, coordinator, frozenset(state.done), fields, shards.UNIT_BYTES, window.groups, pdf_window
