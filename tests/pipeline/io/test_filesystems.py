@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import time
 
 import pytest
 
@@ -37,6 +39,7 @@ def test_paths_and_file_uris_are_local_other_uris_remote():
 
 def test_a_hash_is_part_of_a_key_or_name_and_file_uris_are_percent_decoded(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # no region lookup: nothing is asked of it
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # no credentials looked for
     assert filesystems.filesystem_for("s3://bucket/dir/Report #5.pdf")[1] == "bucket/dir/Report #5.pdf"
     assert filesystems.filesystem_for("gs://bucket/C#/notes.txt")[1] == "bucket/C#/notes.txt"
     assert filesystems.filesystem_for("s3://bucket/k/tab\there\n.txt/")[1] == "bucket/k/tab\there\n.txt"
@@ -65,3 +68,43 @@ def test_storage_failures_name_the_uri_as_the_user_writes_it(monkeypatch, type_n
             call(refusing, "in1/w/plain.txt")
     with pytest.raises(StorageError, match=rf"^cannot read {scheme}://in1/w/plain\.txt: "):
         filesystems.read_bytes(f"{scheme}://in1/w/plain.txt")
+
+
+def _no_google_credentials(monkeypatch, tmp_path):
+    """An environment where Application Default Credentials find nothing: no key file, no gcloud file, not on
+    Google Cloud (NO_GCE_CHECK: google-auth's own switch, so that no metadata server is asked)."""
+    for name in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "gcloud"))
+    monkeypatch.setenv("NO_GCE_CHECK", "True")
+
+
+def test_gcs_without_credentials_fails_at_once_in_one_line(monkeypatch, tmp_path):
+    # google-cloud-cpp said so after its retry policy ran out: 104 s, in a 900-character line.
+    _no_google_credentials(monkeypatch, tmp_path)
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=r"^cannot reach gs://in1: no Google Cloud credentials: set GOOGLE_APP"):
+        filesystems.filesystem_for("gs://in1/docs/a.txt")
+    assert time.monotonic() - started < 10
+
+
+def test_gcs_with_a_key_file_gets_its_filesystem(monkeypatch, tmp_path):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    _no_google_credentials(monkeypatch, tmp_path)
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    account = {
+        "type": "service_account",
+        "project_id": "p",
+        "private_key_id": "k",
+        "private_key": pem.decode(),
+        "client_email": "docembed@p.iam.gserviceaccount.com",
+        "client_id": "1",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
+    (tmp_path / "key.json").write_text(json.dumps(account))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "key.json"))
+    fs, path = filesystems.filesystem_for("gs://in1/docs/a.txt")
+    assert fs.type_name == "gcs" and path == "in1/docs/a.txt"
