@@ -117,9 +117,10 @@ def _check_google_credentials(bucket: str) -> None:
 
     try:
         google.auth.default()
-    except DefaultCredentialsError:
+    except DefaultCredentialsError as e:
+        why = str(e).split(". ", 1)[0].rstrip(".")  # "File /k.json was not found", "Your default credentials ..."
         raise StorageError(
-            f"cannot reach gs://{bucket}: no Google Cloud credentials: "
+            f"cannot reach gs://{bucket}: no Google Cloud credentials ({redact(why)}): "
             "set GOOGLE_APPLICATION_CREDENTIALS to a service account key file, "
             "run `gcloud auth application-default login`, or run on Google Cloud"
         ) from None
