@@ -24,6 +24,7 @@ import yaml
 
 from kernels.compute_dtype import DTYPES
 from kernels.dense import IMPLS as DENSE_IMPLS
+from pipeline.cli import Parser
 from pipeline.config import CapacityConfig, JobConfig, Resources
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder_config import EncoderConfig, parse_mesh
@@ -259,7 +260,7 @@ def parse_options(
     -> a value for every option of the table, by key."""
     taken = options_of(command)
     # Defaults are applied after the YAML file, so the parser reports only what was typed.
-    parser = argparse.ArgumentParser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
+    parser = Parser(prog=prog, description=description, argument_default=argparse.SUPPRESS)
     if config_file:
         parser.add_argument("--config", metavar="YAML", help="read options from a YAML file; flags override it")
     for o in taken:

@@ -12,6 +12,7 @@ import importlib
 import signal
 import sys
 from importlib import metadata
+from typing import NoReturn
 
 from pipeline.run.shutdown import Interrupted, stop
 
@@ -44,9 +45,17 @@ def error_line(message: str) -> int:
     return 2
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, but a command line it refuses is docembed's one error line, pointing at --help,
+    not argparse's usage block (15 lines for `embed`) above its own line."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.exit(error_line(f"{message} (see {self.prog} --help)"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="docembed",
         usage="%(prog)s [-h] [--version] COMMAND [options]",
         description="Batch document embeddings: documents in storage -> chunks -> a JAX encoder -> Parquet.",

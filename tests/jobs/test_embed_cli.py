@@ -126,10 +126,16 @@ def test_an_encoder_the_encoder_hosts_cannot_run_fails_before_anything_is_writte
     assert time.time() - started < 60  # Ray's start, not a run: the run in the issue took 24 s before failing
 
 
-def test_missing_required_argument_is_argparse_usage():
-    result = run_cli("--input", str(SAMPLES))
-    assert result.returncode == 2
-    assert "--output" in result.stderr and "Traceback" not in result.stderr
+def test_a_bad_command_line_is_one_line_pointing_at_help():
+    for args, message in [
+        (("--input", str(SAMPLES)), "--output is required"),
+        (("--input", str(SAMPLES), "--output", "o", "--bogus"), "unrecognized arguments: --bogus"),
+        (("--input", str(SAMPLES), "--output", "o", "--max-tokens", "many"), "--max-tokens: invalid int value"),
+    ]:
+        result = run_cli(*args)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("docembed: error: ") and message in result.stderr, result.stderr
+    assert result.stderr.endswith("(see jobs/embed.py --help)\n")
 
 
 def test_demo_corpus_end_to_end_prints_docembeds_lines_only(tmp_path):

@@ -33,13 +33,14 @@ def flags(help_text: str) -> set[str]:
     return set(re.findall(r"^  (--?[a-z][\w-]*)", help_text, re.MULTILINE))
 
 
-def test_help_lists_every_command_and_a_bad_one_is_a_usage_error(capsys):
+def test_help_lists_every_command_and_a_bad_one_is_one_error_line(capsys):
     code, out, _ = shown(capsys, lambda: main(["--help"]))
     assert code == 0 and out.startswith("usage: docembed [-h] [--version] COMMAND [options]")
     assert all(f"  {name:9s} {summary}\n" in out for name, summary in COMMANDS.items()), out
     for argv, message in [([], "required: COMMAND"), (["embedd", "--input", "x"], "invalid choice: 'embedd'")]:
         code, _, err = shown(capsys, lambda argv=argv: main(argv))
-        assert code == 2 and message in err
+        assert code == 2 and message in err and err.count("\n") == 1, err
+        assert err.startswith("docembed: error: ") and err.endswith("(see docembed --help)\n"), err
 
 
 @pytest.mark.parametrize("command", ["embed", "search", "capacity"])
