@@ -9,11 +9,19 @@ names the run's groups: markers of those groups whose parts all exist are kept
 and those groups skipped; every other marker, every part that no kept marker
 lists, and `_staging/` are deleted; the other groups run again from scratch.
 The whole protocol: docs/exactly-once.md.
+
+A run holds a local output for as long as it runs (`held_alone`): a second
+run on it is refused, as its reconciliation would delete the first run's
+work in progress.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import os
+from collections.abc import Iterator
 
 import pyarrow.fs as pafs
 
@@ -36,6 +44,38 @@ class Resume:
     record: Record  # the listing recorded so far: whole, part of it (a stopped listing), or none
     dropped_groups: int = 0  # markers deleted: not this job's groups, or with parts missing
     dropped_parts: int = 0  # parts deleted: of groups that never finished
+
+
+@contextlib.contextmanager
+def held_alone(output: str) -> Iterator[None]:
+    """Holds a local `output` while the block runs; OutputError when another run holds it.
+
+    The output's directory is locked (flock, exclusive, never waited for), and
+    the kernel lets go when the holder's process ends, however it ends: a
+    killed run leaves no lock behind. A directory this made and left empty is
+    removed again. Object stores offer no lock that its holder's death lets
+    go of: there two runs at once are not detected (docs/exactly-once.md).
+    """
+    fs, root = filesystem_for(output)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        yield
+        return
+    made = not os.path.isdir(root)
+    os.makedirs(root, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputError(
+                f"output {output} is being written by another run: wait for it to end, or choose another output"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
+        if made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote there
+                os.rmdir(root)
 
 
 def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | None:

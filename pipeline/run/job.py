@@ -41,7 +41,7 @@ from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import GroupCutter
 from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
-from pipeline.output.resume import clear_staging, open_output
+from pipeline.output.resume import clear_staging, held_alone, open_output
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args, storage_failures_in_one_line
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
@@ -169,22 +169,22 @@ def run(cfg: JobConfig) -> RunReport | None:
     own = own_files(tree(cfg.output))
     listing = _listing_with_documents(cfg.inputs, own)
     sink.check_writable(cfg.output)
-
-    try:
-        owns_ray = _init_ray(cfg.verbosity)
-    except SystemExit as e:  # SIGTERM meets Ray's driver handler from within ray.init: sys.exit(signum)
-        if e.code != signal.SIGTERM:
-            raise
-        raise Interrupted(signal.SIGTERM) from None
-    # After Ray's start, so that the processes it starts never hold the filter's pipe.
-    with known_ray_noise_dropped(), interruptible():
+    with held_alone(cfg.output):
         try:
-            return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing)
-        except Interrupted:
-            if owns_ray:
-                ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
-            clear_staging(cfg.output)
-            raise
+            owns_ray = _init_ray(cfg.verbosity)
+        except SystemExit as e:  # SIGTERM meets Ray's driver handler from within ray.init: sys.exit(signum)
+            if e.code != signal.SIGTERM:
+                raise
+            raise Interrupted(signal.SIGTERM) from None
+        # After Ray's start, so that the processes it starts never hold the filter's pipe.
+        with known_ray_noise_dropped(), interruptible():
+            try:
+                return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing)
+            except Interrupted:
+                if owns_ray:
+                    ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
+                clear_staging(cfg.output)
+                raise
 
 
 def _writable_directory(flag: str, directory: str | None) -> None:
