@@ -55,12 +55,16 @@ def mismatch(output: str, recorded: dict, manifest: dict, *, finished: bool = Fa
     differs = [
         f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)
     ]
+    settings = recorded.get("fingerprint") != manifest["fingerprint"]
+    if settings:  # one of the keys above, or something they do not show (the format, the fields' names)
+        differs.insert(0, f"fingerprint {recorded.get('fingerprint')} there, {manifest['fingerprint']} now")
     what = (
         "--overwrite redoes it with these"
         if finished
-        else "resume it with the same inputs, model, chunking, prompt, dim and fields, or start afresh with --overwrite"
+        else "resume it with the same inputs and settings, or start afresh with --overwrite"
     )
+    made = "made with other settings" if settings else "made from other inputs"
     return (
-        f"output {redact(output)} holds {'a finished' if finished else 'an unfinished'} run made with other settings "
-        f"(fingerprint {recorded.get('fingerprint')}, this run {manifest['fingerprint']}: {'; '.join(differs)}); {what}"
+        f"output {redact(output)} holds {'a finished' if finished else 'an unfinished'} run {made} "
+        f"({'; '.join(differs)}); {what}"
     )

@@ -43,3 +43,15 @@ def test_bfloat16_that_runs_is_recorded_and_differs_from_float32(spec, cpu_flags
 def test_an_accelerator_records_bfloat16_whatever_the_drivers_cpu(spec, cpu_flags):
     cpu_flags("avx2")
     assert manifest(spec, "bfloat16", "tpu")["dtype"] == "bfloat16"
+
+
+def test_a_refusal_names_what_differs_and_the_fingerprints_only_when_they_differ(spec):
+    here = {**manifest(spec, "float32", "cpu"), "inputs": ["/data/a/"]}
+    moved = {**here, "inputs": ["/data/b/"]}
+    message = mismatch("/out", here, moved)
+    assert "an unfinished run made from other inputs (inputs ['/data/a/'] there, ['/data/b/'] now);" in message
+    assert "fingerprint" not in message and message.endswith("start afresh with --overwrite")
+    other = {**here, **fingerprint(spec, ChunkingConfig(256, 32), EncoderConfig(), "pdfium", ShardFields())}
+    message = mismatch("/out", here, other, finished=True)
+    assert f"a finished run made with other settings (fingerprint {here['fingerprint']} there, " in message
+    assert "; overlap 16 there, 32 now);" in message and message.endswith("--overwrite redoes it with these")
