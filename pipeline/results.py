@@ -6,10 +6,11 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline.errors import InputError
-from pipeline.io.filesystems import filesystem_for, list_files, read_file, shown
+from pipeline.io.filesystems import file_info, filesystem_for, list_files, read_file, shown
 from pipeline.io.retries import retrying
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, SUCCESS_FILE
 from pipeline.schemas import CHUNK_FIELDS, ERRORS_SCHEMA
@@ -24,6 +25,11 @@ def read_report(output: str) -> dict:
     try:
         return json.loads(read_file(fs, f"{root}/{SUCCESS_FILE}"))
     except (FileNotFoundError, NotADirectoryError):
+        kind = file_info(fs, root).type
+        if kind == pafs.FileType.NotFound:
+            raise InputError(f"{output} does not exist") from None
+        if kind == pafs.FileType.File:
+            raise InputError(f"{output} is a file, not a run's output") from None
         raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
     except ValueError as e:  # written whole by the run (pipeline.output.ledger): what else wrote it?
         raise InputError(f"{output}/{SUCCESS_FILE} is not a run's report: {e}") from None

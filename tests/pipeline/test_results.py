@@ -93,9 +93,11 @@ def test_search_says_in_one_line_when_storage_refuses_or_is_down(monkeypatch, ca
 
 def test_what_is_not_a_finished_output_is_one_input_error(tmp_path):
     (tmp_path / "a-file").write_text("x")
+    (tmp_path / "no-run").mkdir()
     for output, message in [
-        (tmp_path / "a-file", "holds no finished run"),
-        (tmp_path / "missing", "holds no finished run"),
+        (tmp_path / "a-file", "a-file is a file, not a run's output"),
+        (tmp_path / "missing", "missing does not exist"),
+        (tmp_path / "no-run", r"no-run holds no finished run \(no _SUCCESS\)"),
         (finished_output(tmp_path / "empty-report", success=""), "is not a run's report"),
     ]:
         with pytest.raises(InputError, match=message):
