@@ -45,7 +45,12 @@ UNIT_FIELDS = [
 INPUTS_SCHEMA = pa.schema(
     [pa.field("uri", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())] + GROUP_FIELDS
 )
-WORK_SCHEMA = pa.schema([pa.field("doc_id", pa.string()), pa.field("kind", pa.string())] + GROUP_FIELDS + UNIT_FIELDS)
+# A work row's size is the file's as listed, so that the reader sees a file that changed since.
+WORK_SCHEMA = pa.schema(
+    [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())]
+    + GROUP_FIELDS
+    + UNIT_FIELDS
+)
 
 DOC_SCHEMA = pa.schema(
     [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]

@@ -153,6 +153,7 @@ def _work_table(rows: list[dict], units: list) -> pa.Table:
         {
             "doc_id": [r["uri"] for r in rows],
             "kind": [r["kind"] for r in rows],
+            "size": [r["size"] for r in rows],
             "group": [r["group"] for r in rows],
             "group_docs": [r["group_docs"] for r in rows],
             "unit_start": [None if u is None else u.start for u in units],

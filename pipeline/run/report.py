@@ -154,7 +154,19 @@ class RunReport:
         ]
         if self.error_types:
             lines.append("  errors: " + ", ".join(f"{k} x{v}" for k, v in self.error_types.most_common()))
+        if self.changed_inputs:
+            lines.append(
+                f"  warning: {self.changed_inputs} files differ in size from this output's recorded listing: they "
+                "changed after the run that listed them started, and were read as they are now, while groups "
+                "finished before hold what was read then (--overwrite reads every file again)"
+            )
         return "\n".join(lines)
+
+    @property
+    def changed_inputs(self) -> int:
+        """Files this run read whose size is not the one its listing recorded (`pipeline.run.stages`)."""
+        read = self.stages.stages.get("read")
+        return read.counts["changed"] if read is not None else 0
 
 
 # The stages whose first call marks a step of a run's start.

@@ -47,7 +47,7 @@ def extract_block(
     extract: ExtractConfig = ExtractConfig(),
     record: Record | None = None,
 ) -> Iterator[pa.Table]:
-    """Input rows (doc_id, kind, group) -> document rows with the text of each page.
+    """Input rows (doc_id, kind, size as listed, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
     PDFs are parsed in this process's sandbox (`pipeline.extract.sandbox`) within
@@ -66,9 +66,15 @@ def extract_block(
     items = batch.to_pylist()
     with clock.timing("read") as counts:
         # The block's files are fetched side by side: object storage is latency-bound.
-        contents = read_many([r["doc_id"] for r in items if r["kind"] not in SHARD_KINDS])
+        files = [r for r in items if r["kind"] not in SHARD_KINDS]
+        contents = read_many([r["doc_id"] for r in files])
         counts["docs"] += len(contents)
         counts["bytes"] += sum(len(data) for data in contents if isinstance(data, bytes))
+        # Read as it is now, which a resumed run's groups that finished before did not see (README).
+        counts["changed"] += sum(
+            isinstance(data, bytes) and r.get("size") is not None and len(data) != r["size"]
+            for r, data in zip(files, contents)
+        )
     contents = iter(contents)
     for row in items:
         group = {name: row[name] for name in GROUP_NAMES}

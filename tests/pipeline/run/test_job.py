@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import ray
@@ -248,6 +249,11 @@ def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_l
     for marker in sorted((out / "_groups").iterdir())[1:]:
         marker.unlink()
     (corpus / "added.txt").write_text("A note added while the run was stopped.")
+    # A file of a group not done, edited meanwhile: read as it is now, and said so.
+    done = {p.name.removesuffix(".json") for p in (out / "_groups").iterdir()}
+    edited = next(r["uri"] for r in recorded.to_pylist() if r["group"] not in done)
+    with open(edited, "a") as f:
+        f.write(" A sentence added after the listing.")
     # Other inputs would make it finish this listing and record theirs: refused. The same, spelt otherwise, resume.
     with pytest.raises(OutputError, match=r"inputs \[.*corpus/'\] there, \[.*text/'\] now"):
         run_job(dataclasses.replace(cfg, inputs=(str(SAMPLES / "text"),)))
@@ -255,7 +261,11 @@ def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_l
     success = read_report(str(out))
     assert success["output"]["groups_resumed"] == 1 and success["output"]["groups"] == 3
     assert report.inputs == success["counts"]["inputs"] == 5
-    assert read_table(str(out)).equals(before)
+    assert report.changed_inputs == success["stages"]["read"]["changed"] == 1
+    assert "warning: 1 files differ in size from this output's recorded listing" in report.summary()
+    after = read_table(str(out))
+    assert after.filter(pc.field("doc_id") != edited).equals(before.filter(pc.field("doc_id") != edited))
+    assert "after the listing" in " ".join(after.filter(pc.field("doc_id") == edited).column("text").to_pylist())
 
     assert run_job(dataclasses.replace(cfg, overwrite=True)).inputs == 6
 
