@@ -21,9 +21,11 @@ import json
 import threading
 import time
 
+from pipeline.errors import OutputError
 from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
+from pipeline.io.uris import redact
 from pipeline.output.files import delete_parts, dumps, list_parts
 from pipeline.output.layout import FORMAT, STAGING_DIR, marker_path
 from pipeline.output.resume import Resume
@@ -134,8 +136,12 @@ class Ledger:
             listed = set().union(*self.parts.values()) if self.parts else set()
             present = list_parts(self.fs, self.root)
             missing = listed - present
-            if missing:
-                raise RuntimeError(f"{len(missing)} committed parts are gone (e.g. {sorted(missing)[0]})")
+            if missing:  # the rerun's reconciliation drops the markers that list them, and redoes their groups
+                raise OutputError(
+                    f"output {redact(self.output)}: {len(missing)} parts of committed groups are gone "
+                    f"(e.g. {sorted(missing)[0]}): something else changed the output while this run wrote it, "
+                    "another run on it perhaps; rerun the same command to redo those groups"
+                )
             delete_parts(self.fs, self.root, sorted(present - listed))
 
 

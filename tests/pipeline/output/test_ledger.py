@@ -164,6 +164,22 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
     ]
 
 
+def test_committed_parts_gone_at_the_end_are_one_output_error_and_the_rerun_redoes_their_group(tmp_path):
+    # What a second run's --overwrite on an object store, where two runs are not detected, does to the first.
+    output = str(tmp_path / "out")
+    resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    ((group, members),) = record(output, text_files(2), 2).items()
+    _, ledger = opened(output)
+    for doc in members:
+        for row in write(chunk_rows(group, doc, 1, 2), output):
+            ledger.add(row)
+    for part in (tmp_path / "out" / "embeddings").iterdir():
+        part.unlink()
+    with pytest.raises(OutputError, match=r"2 parts of committed groups are gone .*rerun the same command to redo"):
+        ledger.finish()
+    assert set(resume.open_output(output, overwrite=False, manifest=MANIFEST).done) == set()
+
+
 def test_an_output_whose_run_folders_hold_files_but_no_fingerprint_is_refused_untouched(tmp_path):
     # Someone's own folder named embeddings/: without a fingerprint no run wrote it, and a run would clear it.
     (tmp_path / "out" / "embeddings").mkdir(parents=True)
