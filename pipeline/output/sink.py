@@ -156,4 +156,4 @@ def write_success(output: str, report: dict) -> None:
     data, staging = json.dumps(report, indent=2, sort_keys=True).encode(), f"{root}/{STAGING_DIR}"
     storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, staging)
     if storage.file_info(fs, staging).type == pafs.FileType.Directory:
-        retrying(f"cannot remove {redact(output)}/{STAGING_DIR}", lambda: fs.delete_dir(staging))
+        retrying(f"cannot remove {storage.shown(fs, staging)}", lambda: fs.delete_dir(staging))

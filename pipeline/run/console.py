@@ -100,8 +100,7 @@ class _StorageFailure:
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        failure = record.exc_info[1] if record.exc_info else sys.exc_info()[1]
-        return failure is None or storage_failure(failure) is None
+        return storage_failure(record.exc_info[1] if record.exc_info else sys.exc_info()[1]) is None
 
 
 def _off_verbose(where: logging.Logger | logging.Handler, kept: _Notice | _StorageFailure, verbosity: str) -> None:

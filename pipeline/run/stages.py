@@ -72,7 +72,7 @@ def extract_block(
         counts["bytes"] += sum(len(data) for data in contents if isinstance(data, bytes))
         # Read as it is now, which a resumed run's groups that finished before did not see (README).
         counts["changed"] += sum(
-            isinstance(data, bytes) and r.get("size") is not None and len(data) != r["size"]
+            isinstance(data, bytes) and r["size"] is not None and len(data) != r["size"]
             for r, data in zip(files, contents)
         )
     contents = iter(contents)
