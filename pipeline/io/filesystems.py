@@ -255,6 +255,17 @@ def write_file(fs: pafs.FileSystem, path: str, data: bytes, staging_dir: str) ->
     retrying(f"cannot write {shown(fs, path)}", stage_check_move)
 
 
+def put_small(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Writes `data` at `path` directly, in one request on object stores: for a small file that is read as
+    absent unless whole (a lease), where `write_file`'s staging would cost a copy each time."""
+
+    def put():
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+
+    retrying(f"cannot write {shown(fs, path)}", put)
+
+
 def read_bytes(uri: str) -> bytes:
     """The bytes of one input file, read on a worker; FileNotFoundError etc. for a vanished file."""
     fs, path = filesystem_for(uri)

@@ -8,6 +8,7 @@ errors/part-<group>-<digest>.parquet      error rows of one group
 _groups/<group>.json                      a group's done-marker, written after all of its parts
 _staging/                                 files being written; never read
 _SUCCESS                                  written last, once every group is done
+_LEASE.json                               on object stores, the running run's lease (pipeline.output.lease)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ INPUTS_DIR = "_inputs"
 LISTED_FILE = f"{INPUTS_DIR}/_LISTED.json"
 STAGING_DIR = "_staging"
 SUCCESS_FILE = "_SUCCESS"
+LEASE_FILE = "_LEASE.json"
 PARTS_DIRS = (EMBEDDINGS_DIR, ERRORS_DIR)
 # What a docembed run writes, and all that `--overwrite` or a reconciliation may delete.
 OURS = (EMBEDDINGS_DIR, ERRORS_DIR, GROUPS_DIR, INPUTS_DIR, STAGING_DIR)
@@ -33,7 +35,8 @@ FORMAT = 2  # of this layout; part of every group id (2: the recorded listing, m
 def own_files(root: str) -> tuple[str, ...]:
     """What a run writes under the output whose files' URIs start with `root` (ending in "/"), as URI
     prefixes: never inputs, even when the output lies under an input or is one."""
-    return (*(f"{root}{name}/" for name in OURS), f"{root}{MANIFEST_FILE}", f"{root}{SUCCESS_FILE}")
+    files = (MANIFEST_FILE, SUCCESS_FILE, LEASE_FILE)
+    return (*(f"{root}{name}/" for name in OURS), *(f"{root}{name}" for name in files))
 
 
 def part_name(group: str, table: pa.Table) -> str:

@@ -10,9 +10,9 @@ and those groups skipped; every other marker, every part that no kept marker
 lists, and `_staging/` are deleted; the other groups run again from scratch.
 The whole protocol: docs/exactly-once.md.
 
-A run holds a local output for as long as it runs (`held_alone`): a second
-run on it is refused, as its reconciliation would delete the first run's
-work in progress.
+A run holds its output for as long as it runs (`held_alone`): a second run
+on it is refused, as its reconciliation would delete the first run's work
+in progress.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow.fs as pafs
 
@@ -34,6 +34,7 @@ from pipeline.output.files import delete_parts, dumps, list_parts, parallel, rea
 from pipeline.output.fingerprint import mismatch, same_run
 from pipeline.output.inputs import Record, read_record
 from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, STAGING_DIR, SUCCESS_FILE, group_of_marker
+from pipeline.output.lease import Lease, LeaseTiming
 
 
 @dataclasses.dataclass
@@ -47,19 +48,31 @@ class Resume:
 
 
 @contextlib.contextmanager
-def held_alone(output: str) -> Iterator[None]:
-    """Holds a local `output` while the block runs; OutputError when another run holds it.
+def held_alone(output: str, timing: LeaseTiming = LeaseTiming()) -> Iterator[Callable[[], None]]:
+    """Holds `output` while the block runs; OutputError when another run holds it. Yields a check for the run's
+    commits, which raises OutputError once another run has taken the output over.
 
-    The output's directory is locked (flock, exclusive, never waited for), and
-    the kernel lets go when the holder's process ends, however it ends: a
+    A local output's directory is locked (flock, exclusive, never waited for),
+    and the kernel lets go when the holder's process ends, however it ends: a
     killed run leaves no lock behind. A directory this made and left empty is
-    removed again. Object stores offer no lock that its holder's death lets
-    go of: there two runs at once are not detected (docs/exactly-once.md).
+    removed again. Elsewhere (object stores) the run holds a lease that lapses
+    when its holder dies (`pipeline.output.lease`).
     """
     fs, root = filesystem_for(output)
-    if not isinstance(fs, pafs.LocalFileSystem):
-        yield
+    if isinstance(fs, pafs.LocalFileSystem):
+        with _locked(output, root):
+            yield lambda: None
         return
+    lease = Lease(fs, root, output, timing)
+    lease.take()
+    try:
+        yield lease.check
+    finally:
+        lease.release()
+
+
+@contextlib.contextmanager
+def _locked(output: str, root: str) -> Iterator[None]:
     made = not os.path.isdir(root)
     os.makedirs(root, exist_ok=True)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)

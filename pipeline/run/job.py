@@ -18,7 +18,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -169,7 +169,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     own = own_files(tree(cfg.output))
     listing = _listing_with_documents(cfg.inputs, own)
     sink.check_writable(cfg.output)
-    with held_alone(cfg.output):
+    with held_alone(cfg.output) as still_held:
         try:
             owns_ray = _init_ray(cfg.verbosity)
         except SystemExit as e:  # SIGTERM meets Ray's driver handler from within ray.init: sys.exit(signum)
@@ -179,7 +179,7 @@ def run(cfg: JobConfig) -> RunReport | None:
         # After Ray's start, so that the processes it starts never hold the filter's pipe.
         with known_ray_noise_dropped(), interruptible():
             try:
-                return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing)
+                return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing, still_held)
             except Interrupted:
                 if owns_ray:
                     ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
@@ -224,6 +224,7 @@ def _run_on_ray(
     chunking: ChunkingConfig,
     extract: ExtractConfig,
     listing: Iterator[Page],
+    still_held: Callable[[], None],
 ) -> RunReport | None:
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
@@ -288,7 +289,7 @@ def _run_on_ray(
 
             stages = lambda: ray.get(coordinator.stages.remote())  # noqa: E731
             with progress_shown(cfg.verbosity, update, started=started, stages=stages):
-                _run_groups(graph.dataset(source), report, ledger, recorder, window)
+                _run_groups(graph.dataset(source), report, ledger, recorder, window, still_held)
         encoders, stages = ray.get([coordinator.encoders.remote(), coordinator.stages.remote()])
     finally:
         recorder.stop()
@@ -309,6 +310,7 @@ def _run_on_ray(
             "refusing to mark the output done"
         )
     success = report.to_json()
+    still_held()
     success["output"] = {
         "fingerprint": manifest["fingerprint"],
         "documents": ledger.documents,
@@ -325,7 +327,14 @@ def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:
     return actor_class.options(scheduling_strategy=node, **options).remote()
 
 
-def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorder: Recorder, window: Window) -> None:
+def _run_groups(
+    ds: ray.data.Dataset,
+    report: RunReport,
+    ledger: Ledger,
+    recorder: Recorder,
+    window: Window,
+    still_held: Callable[[], None],
+) -> None:
     """Streams the groups through the stages as the listing is recorded; the ledger marks each group done as its
     last part lands, and the read's window follows what the committed groups held. A failed listing stops the
     stages (its read fails) and is raised as itself.
@@ -333,11 +342,13 @@ def _run_groups(ds: ray.data.Dataset, report: RunReport, ledger: Ledger, recorde
     The writers' summary rows come from the run's coordinator (`recorder.feed`), which has them before a writer's
     block leaves it, so each block seen here means its rows are there to take. The blocks themselves (empty)
     are never read: see `sink.WriteBlock`. Ray Data's executor stops when its iterator is collected, which an
-    exception leaving the loop does at once.
+    exception leaving the loop does at once. A run whose output another run has taken over (`still_held`) stops
+    before its next commit.
     """
     with storage_failures_in_one_line():
         try:
             for _ in ds.iter_internal_ref_bundles():
+                still_held()
                 rows = ray.get(recorder.feed.take_written.remote())
                 report.add_summaries(rows)
                 markers = [m for m in map(ledger.add, rows) if m is not None]

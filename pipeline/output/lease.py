@@ -1,0 +1,181 @@
+"""A run's lease on an object-store output: a second run on it is refused, and a dead run's lease lapses.
+
+Object stores have no lock that its holder's death lets go of, so a run
+holds `_LEASE.json` under the output and renews it every `beat_s` from a
+thread. A run that finds a lease takes it over at once when it can tell the
+holder is dead (a process of this host that is gone, or a run of this process
+that ended), and otherwise watches it: renewed within `missed_beats` beats, it
+is a live run's and this run is refused; not renewed, it is a dead run's and
+is taken over.
+
+S3 and GCS read back what was just written (both are strongly consistent), so
+a claim is written, left to settle, and read back: of two runs that claimed
+at once, the one whose claim was overwritten is refused. Only a run stalled
+between reading no lease and writing its claim for longer than `settle_s`
+could miss the other's claim; its renewals would then find the other's lease,
+and the run stops at its next commit (`Lease.check`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+import pyarrow.fs as pafs
+
+from pipeline.errors import OutputError, StorageError
+from pipeline.io import filesystems as storage
+from pipeline.io.retries import failing_at
+from pipeline.io.uris import redact
+from pipeline.output.files import dumps, read_json
+from pipeline.output.layout import LEASE_FILE
+
+log = logging.getLogger("docembed")
+
+# The runs of this process that hold a lease now: one of its leases naming any other is left from one that ended.
+_HELD_HERE: set[str] = set()
+
+
+@dataclasses.dataclass(frozen=True)
+class LeaseTiming:
+    beat_s: float = 10.0  # between renewals
+    missed_beats: int = 3  # a lease not renewed for this many beats is a dead run's
+    settle_s: float = 1.0  # between writing a claim and reading it back: far longer than one request takes
+
+    @property
+    def lapse_s(self) -> float:
+        return self.beat_s * self.missed_beats
+
+
+class Lease:
+    """This run's claim on `output` (an object store's `fs`, `root`), renewed from a thread while it is held."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str, output: str, timing: LeaseTiming):
+        self.fs, self.path, self.output, self.timing = fs, f"{root}/{LEASE_FILE}", output, timing
+        self.mine = {
+            "run": uuid.uuid4().hex,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "beat": 0,
+        }
+        self.lost: str | None = None  # what a renewal found instead of this run's lease
+        self._stop = threading.Event()
+        self._beating = threading.Thread(target=self._renew, name="docembed-lease", daemon=True)
+
+    def take(self) -> None:
+        """Claims the output, or OutputError naming the run that holds it; then renews the claim from a thread."""
+        with failing_at(f"output {self.output}"):
+            held = self._read()
+            if held is not None and not _dead(held):
+                held = self._watch(held)
+            if held is not None:
+                log.info("docembed: taking over %s from a run that stopped (%s)", redact(self.output), _who(held))
+            _HELD_HERE.add(self.mine["run"])  # from its claim on, a live run of this process
+            try:
+                self._claim()
+            except BaseException:
+                _HELD_HERE.discard(self.mine["run"])
+                raise
+        self._beating.start()
+
+    def _claim(self) -> None:
+        self._write()
+        time.sleep(self.timing.settle_s)
+        held = self._read()
+        if held is None or held["run"] != self.mine["run"]:
+            raise OutputError(_busy(self.output, held))
+
+    def check(self) -> None:
+        """OutputError when another run has taken the output over since (this run had stopped renewing)."""
+        if self.lost is not None:
+            raise OutputError(
+                f"output {redact(self.output)}: {self.lost} while this run was not renewing its lease: this run "
+                "stops; rerun the command once no other run writes there"
+            )
+
+    def release(self) -> None:
+        """Stops renewing and deletes the lease if it is still this run's. A lease left behind (storage down)
+        lapses: this host's next run finds its process gone."""
+        self._stop.set()
+        if self._beating.is_alive():
+            self._beating.join()
+        _HELD_HERE.discard(self.mine["run"])
+        try:
+            held = self._read()
+            if held is not None and held["run"] == self.mine["run"]:
+                storage.delete_file(self.fs, self.path)
+        except StorageError as e:
+            log.debug("docembed: lease of %s left to lapse: %s", redact(self.output), e)
+
+    def _watch(self, held: dict) -> dict | None:
+        """Waits while `held` is renewed: OutputError as soon as it is; the lease that lapsed, or None when it
+        went away."""
+        log.info(
+            "docembed: %s holds the lease of another run (%s): waiting up to %.0f s to see whether it is renewed",
+            redact(self.output),
+            _who(held),
+            self.timing.lapse_s,
+        )
+        deadline = time.monotonic() + self.timing.lapse_s
+        while time.monotonic() < deadline:
+            time.sleep(min(self.timing.beat_s / 2, max(0.0, deadline - time.monotonic())))
+            now = self._read()
+            if now is None:
+                return None
+            if now != held:
+                raise OutputError(_busy(self.output, now))
+        return held
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.timing.beat_s):
+            try:
+                held = self._read()
+                if held is None or held["run"] != self.mine["run"]:
+                    self.lost = f"another run ({_who(held)}) took it over" if held else "its lease was deleted"
+                    return
+                self.mine["beat"] += 1
+                self._write()
+            except StorageError as e:  # the run meets the outage itself; the next beat tries again
+                log.debug("docembed: cannot renew the lease of %s: %s", redact(self.output), e)
+
+    def _read(self) -> dict | None:
+        """The lease there; None when there is none, or none that a run wrote whole."""
+        held = read_json(self.fs, self.path)
+        return held if isinstance(held, dict) and isinstance(held.get("run"), str) else None
+
+    def _write(self) -> None:
+        storage.put_small(self.fs, self.path, dumps(self.mine))
+
+
+def _dead(held: dict) -> bool:
+    """Whether the holder is known to be dead: a process of this host that is gone, or a run of this process
+    that ended. Any other holder (another host's, or a reused process id) is watched instead."""
+    if held.get("host") != socket.gethostname():
+        return False
+    if held.get("pid") == os.getpid():
+        return held.get("run") not in _HELD_HERE
+    try:
+        os.kill(int(held["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, KeyError, TypeError, ValueError):
+        return False
+    return False
+
+
+def _who(held: dict) -> str:
+    return f"on {held.get('host')}, process {held.get('pid')}, since {held.get('since')}"
+
+
+def _busy(output: str, held: dict | None) -> str:
+    holder = f" ({_who(held)})" if held else ""
+    return (
+        f"output {redact(output)} is being written by another run{holder}: wait for it to end, or choose another output"
+    )
