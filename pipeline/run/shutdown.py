@@ -51,13 +51,18 @@ def interruptible() -> Iterator[None]:
     """SIGINT and SIGTERM raise Interrupted in the main thread while the block runs.
 
     The first one also ignores any further ones, so that stopping cleanly is not
-    itself cut short by an impatient second Ctrl-C. Off the main thread (where
-    Python cannot take signals) the block runs as it is.
+    itself cut short by an impatient second Ctrl-C. A signal the process was
+    started with ignored stays ignored. Off the main thread (where Python
+    cannot take signals) the block runs as it is.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {s: signal.signal(s, stop) for s in SIGNALS}
+    # A signal ignored from the start stays so: a shell runs a script's background jobs with SIGINT ignored, so
+    # that a Ctrl-C meant for the script does not stop them.
+    previous = {s: signal.getsignal(s) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    for s in previous:
+        signal.signal(s, stop)
     try:
         yield
     finally:
