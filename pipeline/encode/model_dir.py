@@ -25,7 +25,7 @@ from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf,
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
-from pipeline.text.tokenizer import Tokenizer
+from pipeline.text.tokenizer import BertSettings, Tokenizer
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -54,6 +54,7 @@ class ModelSpec:
     default_prompt_name: str | None = None
     include_prompt: bool = True  # the prompt's tokens are pooled with the text's
     lowercase: bool = False  # the tokenizer lower-cases first (`tokenizer`)
+    normalizer: str = ""  # the BertNormalizer settings that replace tokenizer.json's (`tokenizer`), as JSON
     # config_sentence_transformers.json: the model's output is its first truncate_dim dimensions, cut after
     # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
     truncate_dim: int | None = None
@@ -79,7 +80,12 @@ class ModelSpec:
             str(self.max_seq_length),
         ]
         # What only some models set, named where set, so that no other model's fingerprint changes.
-        extras = {"lowercase": self.lowercase, "config": self.config_overrides, "truncate_dim": self.truncate_dim}
+        extras = {
+            "lowercase": self.lowercase,
+            "normalizer": self.normalizer,
+            "config": self.config_overrides,
+            "truncate_dim": self.truncate_dim,
+        }
         parts += [f"{name}={value}" for name, value in extras.items() if value]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
@@ -195,6 +201,7 @@ class TransformerArgs:
     max_seq_length: int | None  # the window before the model's positions bound it; None: the positions
     lowercase: bool  # do_lower_case: texts are lower-cased before the tokenizer's own normalizer
     config: dict  # config.json keys it overrides (config_args)
+    tokenizer: dict  # the tokenizer's loader arguments (tokenizer_args), over tokenizer_config.json's
 
 
 # sentence-transformers 6.3's Transformer.load_config reads the first of these that exists and is not empty:
@@ -211,7 +218,17 @@ TRANSFORMER_CONFIGS = (
 # Keyword arguments for transformers' loaders of the model, the tokenizer and the config, by their names
 # before sentence-transformers 6 and since (where a file has both, the old one wins, as 6.3 merges them).
 LOADER_ARGS = (("model_args", "model_kwargs"), ("tokenizer_args", "processor_kwargs"), ("config_args", "config_kwargs"))
-TOKENIZER_ARGS = ("model_max_length", "do_lower_case")  # the tokenizer's that docembed applies
+# The tokenizer's that docembed applies: the window, and the BertNormalizer's settings (`_bert_settings`).
+TOKENIZER_ARGS = ("model_max_length", "do_lower_case", "strip_accents", "tokenize_chinese_chars")
+# tokenizer_config.json's tokenizer classes that take tokenizer.json as it is; every other class that meets a
+# BertNormalizer there is a BERT-style one, which sets it from tokenizer_config.json (`BertSettings`).
+GENERIC_TOKENIZERS = ("PreTrainedTokenizerFast", "TokenizersBackend")
+# tokenizer_config.json's key -> BertSettings' field
+BERT_SETTINGS = {
+    "do_lower_case": "lowercase",
+    "strip_accents": "strip_accents",
+    "tokenize_chinese_chars": "handle_chinese_chars",
+}
 # Loader arguments that change where from, in what precision or with which attention kernel transformers loads
 # and runs a model, never what it computes in docembed, which takes its dtype and kernels from its own options;
 # sentence-transformers drops trust_remote_code itself (a model's files may not ask for remote code).
@@ -259,8 +276,9 @@ def _transformer(path: Path) -> TransformerArgs:
         raise ModelError(f"{path}: max_seq_length {window!r} is not a positive number of tokens")
     return TransformerArgs(
         max_seq_length=None if window is None else int(window),
-        lowercase=bool(cfg.get("do_lower_case") or tokenizer_args.get("do_lower_case")),
+        lowercase=bool(cfg.get("do_lower_case")),
         config=config_args,
+        tokenizer=tokenizer_args,
     )
 
 
@@ -275,8 +293,30 @@ def _loader_args(cfg: dict, names: tuple[str, str], where: Path) -> tuple[str, d
 
 def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
-    Transformer module says), with `prompt` before every text."""
-    return Tokenizer(path / "tokenizer.json", prompt=prompt, lowercase=_transformer(path).lowercase)
+    Transformer module says, with transformers' BertNormalizer settings), with `prompt` before every text."""
+    transformer = _transformer(path)
+    return Tokenizer(
+        path / "tokenizer.json",
+        prompt=prompt,
+        lowercase=transformer.lowercase,
+        bert_normalizer=_bert_settings(path, transformer.tokenizer),
+    )
+
+
+def _bert_settings(path: Path, tokenizer_args: dict) -> BertSettings | None:
+    """What transformers sets in a BertNormalizer of this tokenizer: tokenizer_config.json's do_lower_case,
+    strip_accents and tokenize_chinese_chars, the loader's arguments over them, each defaulting as the
+    BERT-style classes do. None where the tokenizer class is the generic one, which keeps tokenizer.json's."""
+    cfg = _read_object(path / "tokenizer_config.json", {}) | tokenizer_args
+    if cfg.get("tokenizer_class") in GENERIC_TOKENIZERS:
+        return None
+    settings = {}
+    for key, field in BERT_SETTINGS.items():
+        value = cfg.get(key, getattr(BertSettings, field))
+        if not isinstance(value, bool) and not (value is None and field == "strip_accents"):
+            raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
+        settings[field] = value
+    return BertSettings(**settings)
 
 
 def _pooling_mode(cfg: dict, path: Path) -> str:
@@ -324,8 +364,8 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     pooling, normalize, include_prompt = _head(path)  # first: it says where a layout differs
     transformer = _transformer(path)
     weights = weights_files(path)
-    tokenizer = path / "tokenizer.json"
-    if not tokenizer.is_file():
+    tokenizer_file = path / "tokenizer.json"
+    if not tokenizer_file.is_file():
         raise ModelError(f"model directory {path} has no tokenizer.json")
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
@@ -358,12 +398,13 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         normalize=normalize,
         max_seq_length=max_seq_length,
         weights_sha256=weights_sha,
-        tokenizer_sha256=_sha256(tokenizer),
+        tokenizer_sha256=_sha256(tokenizer_file),
         source=source,
         prompts=prompts,
         default_prompt_name=default_prompt_name,
         include_prompt=include_prompt,
         lowercase=transformer.lowercase,
+        normalizer=tokenizer(path).replaced_normalizer,
         truncate_dim=truncate_dim,
         config_overrides=json.dumps(transformer.config, sort_keys=True) if transformer.config else "",
     )

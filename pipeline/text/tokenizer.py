@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +20,18 @@ PIECE_CHARS = 1 << 18
 # those of the whole text (SentencePiece reads the space as its '▁' word-start mark, where a piece starting
 # otherwise gets a '▁' of its own); before other white space; after a full-width stop.
 _PIECE_ENDS = (re.compile(r"(?<=\S)(?= )"), re.compile(r"(?<=\S)(?=\s)"), re.compile(r"(?<=[。！？])"))
+
+
+@dataclasses.dataclass(frozen=True)
+class BertSettings:
+    """What transformers' BERT-style tokenizer classes (BertTokenizer, DistilBertTokenizer, MPNetTokenizer, ...)
+    set in a BertNormalizer from tokenizer_config.json, whatever tokenizer.json says: transformers 4 rewrote
+    the file's normalizer with them, 5 builds one from them. The defaults are those classes' own, so a
+    tokenizer_config.json that does not say do_lower_case lower-cases."""
+
+    lowercase: bool = True  # do_lower_case
+    strip_accents: bool | None = None  # None: strip them where lower-casing
+    handle_chinese_chars: bool = True  # tokenize_chinese_chars: a CJK character is a word of its own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,13 +52,24 @@ class Tokenizer:
     and count against the window like them.
     """
 
-    def __init__(self, path: Path, prompt: str = "", lowercase: bool = False):
+    def __init__(
+        self, path: Path, prompt: str = "", lowercase: bool = False, bert_normalizer: BertSettings | None = None
+    ):
         """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
-        normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text."""
+        normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
+        `bert_normalizer`: settings that a BertNormalizer in the file takes instead of its own (see
+        `BertSettings`); `replaced_normalizer` then names them, or is "" where they change nothing."""
         try:
             self._tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
+        self.replaced_normalizer = ""
+        own = self._tok.normalizer
+        if bert_normalizer is not None and isinstance(own, normalizers.BertNormalizer):
+            wanted = {"clean_text": own.clean_text, **dataclasses.asdict(bert_normalizer)}
+            if wanted != {key: getattr(own, key) for key in wanted}:
+                self._tok.normalizer = normalizers.BertNormalizer(**wanted)
+                self.replaced_normalizer = json.dumps(wanted, sort_keys=True)
         if lowercase and not _lowercases(self._tok.normalizer):
             own = self._tok.normalizer
             rest = list(own) if isinstance(own, normalizers.Sequence) else [] if own is None else [own]

@@ -8,7 +8,8 @@ from pipeline.encode import model_dir, model_location
 from pipeline.errors import ModelError
 from pipeline.text.tokenizer import Tokenizer
 
-from support import FAMILY_FIXTURES, bert_tensor_shapes, measure_in_child, write_zero_safetensors
+from make_tokenizer_fixtures import write_case
+from support import FAMILY_FIXTURES, REPO, bert_tensor_shapes, measure_in_child, write_zero_safetensors
 
 
 def test_default_model_is_verified_and_described():
@@ -123,15 +124,17 @@ def test_config_args_override_config_json_as_if_written_there(tmp_path, key):
     assert overridden.fingerprint != written.fingerprint  # the override is named in it (config.json is not hashed)
 
 
-@pytest.mark.parametrize("flag", [{"do_lower_case": True}, {"tokenizer_args": {"do_lower_case": True}}])
-def test_do_lower_case_lower_cases_before_the_tokenizer_with_offsets_into_the_text(tmp_path, flag):
+def test_do_lower_case_lower_cases_before_the_tokenizer_with_offsets_into_the_text(tmp_path):
     # The XLM-RoBERTa fixture's Unigram tokenizer is cased: 'Hello' is '▁', 'H', 'el', ... and 'hello' '▁h', 'el', ...
     path = tmp_path / "xlmr"
     shutil.copytree(FAMILY_FIXTURES / "xlm-roberta-mlm-prefix", path)
     plain = model_dir.tokenizer(path)
-    edit_json(path, "sentence_bert_config.json", lambda c: {**c, "do_lower_case": False, **flag})
-    lowered = model_dir.tokenizer(path)
     text = "Hello World, ÉCOLE"
+    # The tokenizer's own do_lower_case is a BERT-style tokenizer's setting: transformers ignores it here.
+    edit_json(path, "sentence_bert_config.json", lambda c: {**c, "tokenizer_args": {"do_lower_case": True}})
+    assert model_dir.tokenizer(path).encode_content([text]) == plain.encode_content([text])
+    edit_json(path, "sentence_bert_config.json", lambda c: {**c, "do_lower_case": True})
+    lowered = model_dir.tokenizer(path)
     [got], [want], [cased] = (
         lowered.encode_content([text]),
         plain.encode_content([text.lower()]),
@@ -142,6 +145,38 @@ def test_do_lower_case_lower_cases_before_the_tokenizer_with_offsets_into_the_te
     assert Embedder.load(str(path)).embed([text]) == pytest.approx(
         Embedder.load(str(FAMILY_FIXTURES / "xlm-roberta-mlm-prefix")).embed([text.lower()])
     )
+
+
+TOKENIZER_SETTINGS = json.loads((REPO / "tests" / "fixtures" / "tokenizer_settings.json").read_text())
+
+
+def tokenizer_case(tmp_path, case: str):
+    """The bundled model's directory with the edits of one case of tokenizer_settings.json."""
+    made = TOKENIZER_SETTINGS["cases"][case]
+    path, model = tmp_path / case, model_location.default_model_dir()
+    write_case(model, path, made["tokenizer_config"], made["normalizer"], made["tokenizer_args"])
+    (path / "model.safetensors").symlink_to(model / "model.safetensors")
+    return path
+
+
+@pytest.mark.parametrize("case", TOKENIZER_SETTINGS["cases"])
+def test_tokenizer_settings_apply_as_transformers_applies_them(tmp_path, case):
+    """tokenizer_config.json (and tokenizer_args) over tokenizer.json's BertNormalizer: the ids transformers
+    gives (tests/make_tokenizer_fixtures.py), and a fingerprint that differs from the unedited model's exactly
+    where the ids do."""
+    tok = model_dir.tokenizer(path := tokenizer_case(tmp_path, case))
+    texts, cases = TOKENIZER_SETTINGS["texts"], TOKENIZER_SETTINGS["cases"]
+    assert [tok.prefix_ids + c.ids + tok.suffix_ids for c in tok.encode_content(texts)] == cases[case]["ids"]
+    if not cases[case]["normalizer"]:  # tokenizer.json as in the unedited case: only its settings differ
+        unedited = model_dir.resolve(str(tokenizer_case(tmp_path / "as_is", "as_is"))).fingerprint
+        assert (model_dir.resolve(str(path)).fingerprint == unedited) == (cases[case]["ids"] == cases["as_is"]["ids"])
+
+
+def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused(tmp_path):
+    path = copy_model(tmp_path)
+    edit_json(path, "tokenizer_config.json", lambda c: {**c, "do_lower_case": "yes"})
+    with pytest.raises(ModelError, match=r"the tokenizer's do_lower_case 'yes' is not true or false"):
+        model_dir.resolve(str(path))
 
 
 def add_dense_module(path) -> None:
