@@ -178,9 +178,13 @@ def run(cfg: JobConfig) -> RunReport | None:
             raise Interrupted(signal.SIGTERM) from None
         # After Ray's start, so that the processes it starts never hold the filter's pipe.
         with known_ray_noise_dropped(), interruptible():
+            ray_ready, placed = time.time(), None
             try:
-                return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing)
-            except Interrupted:
+                placed = _placed(cfg, spec, chunking, extract)
+                return _run_on_ray(*placed, started, ray_ready, spec, chunking, extract, listing)
+            except Interrupted as e:
+                # `_run_on_ray` begins the output first: a stop before it has written nothing there to resume.
+                e.output_begun = placed is not None
                 if owns_ray:
                     ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
                 clear_staging(cfg.output)
@@ -216,15 +220,11 @@ def _listing_with_documents(locations: tuple[str, ...], own: tuple[str, ...]) ->
     )
 
 
-def _run_on_ray(
-    cfg: JobConfig,
-    started: float,
-    ray_ready: float,
-    spec: model_dir.ModelSpec,
-    chunking: ChunkingConfig,
-    extract: ExtractConfig,
-    listing: Iterator[Page],
-) -> RunReport | None:
+def _placed(
+    cfg: JobConfig, spec: model_dir.ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig
+) -> tuple[JobConfig, EncoderPlacement, ShardFields, dict]:
+    """Where the encoders run, checked, with the config as they will run it, the shards' fields and the output's
+    manifest: all decided before anything is written."""
     placement = place_encoders(
         cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
     )
@@ -232,12 +232,27 @@ def _run_on_ray(
     log.debug("docembed: %s", placement.describe())
     # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
     cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))
-    # Only now, with every argument checked, is anything written.
     fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
     # The inputs make no number of the output, so they are not in its fingerprint; but a rerun over other inputs
     # must not resume this output, whose recorded listing it would finish instead.
     inputs = sorted({tree(location) for location in cfg.inputs})
     manifest = {**fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor, fields), "inputs": inputs}
+    return cfg, placement, fields, manifest
+
+
+def _run_on_ray(
+    cfg: JobConfig,
+    placement: EncoderPlacement,
+    fields: ShardFields,
+    manifest: dict,
+    started: float,
+    ray_ready: float,
+    spec: model_dir.ModelSpec,
+    chunking: ChunkingConfig,
+    extract: ExtractConfig,
+    listing: Iterator[Page],
+) -> RunReport | None:
+    # Only now, with every argument checked, is anything written.
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
     state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
     if state is None:
