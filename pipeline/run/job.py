@@ -39,6 +39,7 @@ from pipeline.io.uris import is_uri, redact
 from pipeline.output import sink
 from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import GroupCutter
+from pipeline.output.inputs import Record
 from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, held_alone, open_output
@@ -266,6 +267,7 @@ def _run_on_ray(
             len(record.groups),
             "" if record.complete else " (the listing goes on after the recorded part)",
         )
+    _say_recorded_group_size(record, cfg.group_size)
     ledger = Ledger(cfg.output, state)
     ledger.expect(record.groups)
     if record.complete:
@@ -332,6 +334,21 @@ def _run_on_ray(
     }
     sink.write_success(cfg.output, success)
     return report
+
+
+def _say_recorded_group_size(record: Record, group_size: int) -> None:
+    """Says when --group-size is not what cut the recorded listing's groups: a resume keeps those groups (their ids
+    are recorded, their finished parts named by their markers), so the new size cuts only what is listed after them."""
+    if not record.group_sizes - {group_size}:
+        return
+    applies = "changes nothing here" if record.complete else "applies only to the inputs listed after the recorded part"
+    log.info(
+        "docembed: --group-size %d %s: the recorded groups (cut at --group-size %s) are kept; --overwrite starts "
+        "afresh with it",
+        group_size,
+        applies,
+        ", ".join(map(str, sorted(record.group_sizes))),
+    )
 
 
 def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:

@@ -41,7 +41,7 @@ def _recorded(tmp_path, files: int, group_size: int) -> list[pa.Table]:
     recorded = record_groups(listing(text_files(files)), group_size, "s")
     for layout_dir in ("_inputs", "_staging"):
         (tmp_path / layout_dir).mkdir()
-    inputs.write_part(pafs.LocalFileSystem(), str(tmp_path), 0, recorded, 0)
+    inputs.write_part(pafs.LocalFileSystem(), str(tmp_path), 0, recorded, 0, group_size)
     return list(work_blocks(recorded))
 
 
