@@ -69,9 +69,7 @@ def test_each_work_block_leaves_the_read_as_a_block_of_its_own_before_the_listin
         if len(blocks) == len(expected) - 1:
             nearly_all.set()
 
-    assert sorted(b.column("doc_id").to_pylist() for b in blocks) == sorted(
-        b.column("doc_id").to_pylist() for b in expected
-    )
+    assert sorted(b.column("uri").to_pylist() for b in blocks) == sorted(b.column("uri").to_pylist() for b in expected)
     assert before_the_end == len(expected) - 1, "the work blocks waited for the listing's end"
 
 
