@@ -45,9 +45,10 @@ UNIT_FIELDS = [
 INPUTS_SCHEMA = pa.schema(
     [pa.field("uri", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())] + GROUP_FIELDS
 )
-# A work row's size is the file's as listed, so that the reader sees a file that changed since.
+# A work row's size is the file's as listed, so that the reader sees a file that changed since; its uri is what
+# is read, not the doc_id (`pipeline.io.uris.doc_id_of`).
 WORK_SCHEMA = pa.schema(
-    [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())]
+    [pa.field("uri", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())]
     + GROUP_FIELDS
     + UNIT_FIELDS
 )

@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def stopped(e: Interrupted) -> int:
-    """Says in one line that the command was stopped; the exit code a shell gives for the signal."""
-    print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
+    """Says in one line that the command was stopped, and what it left; the exit code a shell gives for the signal."""
+    if e.output_begun:
+        print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
+    else:
+        print(f"docembed: {e} before anything was written", file=sys.stderr)
     return e.exit_code

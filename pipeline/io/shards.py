@@ -3,14 +3,15 @@
 A jsonl shard holds one JSON object per line; a Parquet shard one row per
 document. Each names its document's id and text in fields (`id` and `text` by
 default, `ShardFields` to change). A row becomes a document whose doc_id is
-`URI#id`. Rows are read in buffered ranges and handed on as they come, so a
-shard of any size costs one buffer and one block of documents of memory, never
-the whole shard.
+`URI#id`, URI being the shard's own doc_id (`pipeline.io.uris.doc_id_of`: a "#"
+in its name is "%23", so the first "#" starts the id). Rows are read in buffered
+ranges and handed on as they come, so a shard of any size costs one buffer and
+one block of documents of memory, never the whole shard.
 
 A row that cannot be a document (not JSON, no id, no text) becomes an error row
 of its own; a shard that cannot be read at all (not Parquet, missing columns,
-a corrupt gzip stream, no rows) becomes one error row with the shard's URI as
-doc_id, after any documents read before the damage. Storage failures are not the
+a corrupt gzip stream, no rows) becomes one error row with the shard's doc_id,
+after any documents read before the damage. Storage failures are not the
 shard's fault: they raise `StorageError` and stop the job.
 
 Big shards are read in units that extraction workers share (`plan_units`):
@@ -52,6 +53,7 @@ import pyarrow.parquet as pq
 from pipeline.errors import ShardError, StorageError
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import NOT_FOUND, retrying
+from pipeline.io.uris import doc_id_of
 from pipeline.schemas import error_row, is_utf8
 
 READ_BUFFER = 1 << 20  # bytes per ranged read of a shard
@@ -236,17 +238,17 @@ class _Repeats:
 ABSENT = object()  # a jsonl record's field that is not there, where null is there
 
 
-def _document(uri: str, doc_id, text, where: str, fields: ShardFields, repeated: bool = False) -> dict:
-    """A row's document, or its error row. `where` is the row's position (`line:N`, `row:N`); `doc_id` and
-    `text` are its fields' values, or ABSENT."""
+def _document(shard: str, doc_id, text, where: str, fields: ShardFields, repeated: bool = False) -> dict:
+    """A row's document, or its error row. `shard` is the shard's doc_id; `where` is the row's position (`line:N`,
+    `row:N`); `doc_id` and `text` are its fields' values, or ABSENT."""
     if doc_id is ABSENT or doc_id is None or doc_id == "":
         said = "no" if doc_id is ABSENT else "a null" if doc_id is None else "an empty"
-        return _error(f"{uri}#{where}", "MissingId", f"{where}: {said} id field {fields.id!r}")
+        return _error(f"{shard}#{where}", "MissingId", f"{where}: {said} id field {fields.id!r}")
     if repeated:
-        return _error(f"{uri}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
+        return _error(f"{shard}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
     if _names_another_position(doc_id, where):
-        return _error(f"{uri}#{where}", "ReservedId", f"{where}: id {doc_id!r} is the doc_id of that row's errors")
-    full_id = f"{uri}#{doc_id}"
+        return _error(f"{shard}#{where}", "ReservedId", f"{where}: id {doc_id!r} is the doc_id of that row's errors")
+    full_id = f"{shard}#{doc_id}"
     if isinstance(text, bytes):  # a binary column, as some writers store strings
         try:
             text = text.decode("utf-8")
@@ -271,26 +273,27 @@ def _names_another_position(doc_id: str, where: str) -> bool:
 def iter_shard(uri: str, kind: str, fields: ShardFields = ShardFields(), unit: ShardUnit = WHOLE) -> Iterator[dict]:
     """Document rows of one shard's `unit`, in order: `{doc_id, pages}` or error rows (see `_error`)."""
     fs, path = filesystem_for(uri)
+    shard = doc_id_of(uri)
     count = 0
     repeats = _Repeats(unit)
     try:
         with _RangeReader(fs, path, uri) as raw:
             if kind == "jsonl":
-                rows = _jsonl_rows(uri, raw, fields, unit, repeats)
+                rows = _jsonl_rows(uri, shard, raw, fields, unit, repeats)
             else:
-                rows = _parquet_rows(uri, raw, fields, unit, repeats)
+                rows = _parquet_rows(shard, raw, fields, unit, repeats)
             for row in rows:
                 count += 1
                 yield row
     except NOT_FOUND as e:
-        yield _error(uri, type(e).__name__, str(e))
+        yield _error(shard, type(e).__name__, str(e))
         return
     except ShardError as e:
         after = f" after {count} documents" if count else ""
-        yield _error(uri, e.error_type, f"{e}{after}")
+        yield _error(shard, e.error_type, f"{e}{after}")
         return
     if count == 0 and unit.repeats is None:  # a planned unit may hold only blank lines; its shard does not
-        yield _error(uri, "EmptyShard", "the shard holds no documents")
+        yield _error(shard, "EmptyShard", "the shard holds no documents")
 
 
 def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple[int, bytes]]:
@@ -338,7 +341,9 @@ def _jsonl_record(line: bytes, where: str, fields: ShardFields) -> dict:
     return record
 
 
-def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats) -> Iterator[dict]:
+def _jsonl_rows(
+    uri: str, shard: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats
+) -> Iterator[dict]:
     for line_no, line in _jsonl_lines(uri, raw, unit):
         if not line.strip():
             continue
@@ -346,11 +351,11 @@ def _jsonl_rows(uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUni
         try:
             record = _jsonl_record(line, where, fields)
         except ShardError as e:
-            yield _error(f"{uri}#{where}", e.error_type, str(e))
+            yield _error(f"{shard}#{where}", e.error_type, str(e))
             continue
         doc_id = _id_str(record.get(fields.id, ABSENT))
         text = record.get(fields.text, ABSENT)
-        yield _document(uri, doc_id, text, where, fields, _named(doc_id) and repeats(doc_id, line_no))
+        yield _document(shard, doc_id, text, where, fields, _named(doc_id) and repeats(doc_id, line_no))
 
 
 def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
@@ -382,18 +387,18 @@ def _parquet_batches(shard: pq.ParquetFile, columns: list[str], unit: ShardUnit)
 
 
 def _parquet_rows(
-    uri: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats
+    shard: str, raw: io.RawIOBase, fields: ShardFields, unit: ShardUnit, repeats: _Repeats
 ) -> Iterator[dict]:
-    shard = _open_parquet(raw, fields)
+    parquet = _open_parquet(raw, fields)
     row = unit.first
     try:
         # By name: one column when the id is the text (`dict.fromkeys` keeps one of the two).
-        for batch in _parquet_batches(shard, list(dict.fromkeys([fields.id, fields.text])), unit):
+        for batch in _parquet_batches(parquet, list(dict.fromkeys([fields.id, fields.text])), unit):
             ids = batch.column(fields.id).to_pylist()
             texts = batch.column(fields.text).to_pylist()
             for doc_id, text in zip(ids, texts):
                 doc_id = _id_str(doc_id)
-                yield _document(uri, doc_id, text, f"row:{row}", fields, _named(doc_id) and repeats(doc_id, row))
+                yield _document(shard, doc_id, text, f"row:{row}", fields, _named(doc_id) and repeats(doc_id, row))
                 row += 1
     except (ValueError, OSError, OverflowError) as e:  # OverflowError: a date or time beyond Python's
         if _is_storage(e):

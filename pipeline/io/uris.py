@@ -100,6 +100,16 @@ def unreadable_key(location: str) -> str | None:
     return None
 
 
+def doc_id_of(uri: str) -> str:
+    """A file's doc_id: its URI (or path) with "%" and "#" percent-encoded, and nothing else.
+
+    A shard's row is `<the shard's doc_id>#<id>`, so the first "#" of a doc_id is where a row's id starts, as a
+    URI reader takes a fragment: a file named `col.jsonl#x.txt` is not the row `x.txt` of `col.jsonl`, nor one
+    named `a%23b.txt` the file `a#b.txt`. `urllib.parse.unquote` gives the URI back.
+    """
+    return uri.replace("%", "%25").replace("#", "%23")
+
+
 def uri_of(location: str, fs_path: str, base_path: str) -> str:
     """The URI a user would write for `fs_path`, found under `location` (whose path is `base_path`)."""
     scheme = scheme_of(location)

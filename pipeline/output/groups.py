@@ -151,7 +151,7 @@ def work_blocks(recorded: pa.Table, plan: Callable[[dict], ShardPlan | None] | N
 def _work_table(rows: list[dict], units: list) -> pa.Table:
     return pa.table(
         {
-            "doc_id": [r["uri"] for r in rows],
+            "uri": [r["uri"] for r in rows],
             "kind": [r["kind"] for r in rows],
             "size": [r["size"] for r in rows],
             "group": [r["group"] for r in rows],

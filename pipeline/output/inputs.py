@@ -29,6 +29,7 @@ from pipeline.output.layout import INPUTS_DIR, LISTED_FILE, STAGING_DIR, inputs_
 from pipeline.schemas import INPUTS_SCHEMA
 
 SKIPPED_KEY = "docembed.skipped"  # a part's metadata: files skipped by the listing up to its last entry
+GROUP_SIZE_KEY = "docembed.group_size"  # and the --group-size its file groups were cut with
 
 
 @dataclasses.dataclass
@@ -41,6 +42,7 @@ class Record:
     skipped: int = 0  # files the listing skipped, up to the last recorded part
     last_uri: str | None = None  # where a stopped listing goes on from
     listed: dict | None = None  # _LISTED.json, once the listing is recorded whole
+    group_sizes: set[int] = dataclasses.field(default_factory=set)  # the parts' --group-size (older parts: none)
 
     @property
     def complete(self) -> bool:
@@ -59,7 +61,10 @@ def read_record(fs: pafs.FileSystem, root: str) -> Record:
         record.groups.update(groups_of(table))
         if table.num_rows:
             record.last_uri = table.column("uri")[-1].as_py()
-        record.skipped = int((table.schema.metadata or {}).get(SKIPPED_KEY.encode(), b"0"))
+        metadata = table.schema.metadata or {}
+        record.skipped = int(metadata.get(SKIPPED_KEY.encode(), b"0"))
+        if GROUP_SIZE_KEY.encode() in metadata:
+            record.group_sizes.add(int(metadata[GROUP_SIZE_KEY.encode()]))
     if record.complete and record.listed["parts"] != record.parts:
         raise RuntimeError(f"{root}/{LISTED_FILE} names {record.listed['parts']} parts, {record.parts} are there")
     return record
@@ -71,10 +76,12 @@ def groups_of(entries: pa.Table) -> dict[str, int | None]:
     return dict(zip(groups.column("group").to_pylist(), groups.column("group_docs_max").to_pylist()))
 
 
-def write_part(fs: pafs.FileSystem, root: str, k: int, entries: pa.Table, skipped: int) -> None:
-    """Records part `k` (INPUTS_SCHEMA rows), whole or not at all; `skipped`: files skipped so far."""
+def write_part(fs: pafs.FileSystem, root: str, k: int, entries: pa.Table, skipped: int, group_size: int) -> None:
+    """Records part `k` (INPUTS_SCHEMA rows), whole or not at all; `skipped`: files skipped so far; `group_size`:
+    what its groups were cut with, which a resume keeps whatever --group-size it is given."""
     buffer = pa.BufferOutputStream()
-    table = entries.cast(INPUTS_SCHEMA).replace_schema_metadata({SKIPPED_KEY: str(skipped)})
+    metadata = {SKIPPED_KEY: str(skipped), GROUP_SIZE_KEY: str(group_size)}
+    table = entries.cast(INPUTS_SCHEMA).replace_schema_metadata(metadata)
     pq.write_table(table, buffer, compression="zstd")
     storage.write_file(fs, f"{root}/{inputs_part_path(k)}", buffer.getvalue().to_pybytes(), f"{root}/{STAGING_DIR}")
 

@@ -193,7 +193,7 @@ class Recorder:
     def _record(self, fs, root: str, k: int, tables: list[pa.Table]) -> None:
         part = pa.concat_tables(tables)
         with failing_at(f"output {self.output}"):
-            inputs.write_part(fs, root, k, part, self.skipped)
+            inputs.write_part(fs, root, k, part, self.skipped, self.cutter.group_size)
         self.inputs += part.num_rows
         self.first_recorded_at = self.first_recorded_at or time.time()
         # The ledger knows a group before any of its rows can reach the driver.

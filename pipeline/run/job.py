@@ -19,6 +19,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -39,6 +40,7 @@ from pipeline.io.uris import is_uri, redact
 from pipeline.output import sink
 from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import GroupCutter
+from pipeline.output.inputs import Record
 from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import clear_staging, held_alone, open_output
@@ -178,9 +180,13 @@ def run(cfg: JobConfig) -> RunReport | None:
             raise Interrupted(signal.SIGTERM) from None
         # After Ray's start, so that the processes it starts never hold the filter's pipe.
         with known_ray_noise_dropped(), interruptible():
+            ray_ready, placed = time.time(), None
             try:
-                return _run_on_ray(cfg, started, time.time(), spec, chunking, extract, listing, still_held)
-            except Interrupted:
+                placed = _placed(cfg, spec, chunking, extract)
+                return _run_on_ray(placed, started, ray_ready, spec, chunking, extract, listing, still_held)
+            except Interrupted as e:
+                # `_run_on_ray` begins the output first: a stop before it has written nothing there to resume.
+                e.output_begun = placed is not None
                 if owns_ray:
                     ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
                 clear_staging(cfg.output)
@@ -216,8 +222,34 @@ def _listing_with_documents(locations: tuple[str, ...], own: tuple[str, ...]) ->
     )
 
 
+class Placed(NamedTuple):
+    """What is decided on Ray before anything is written: the config as the encoders will run it, where they run,
+    the shards' fields and the output's manifest."""
+
+    cfg: JobConfig
+    placement: EncoderPlacement
+    fields: ShardFields
+    manifest: dict
+
+
+def _placed(cfg: JobConfig, spec: model_dir.ModelSpec, chunking: ChunkingConfig, extract: ExtractConfig) -> Placed:
+    placement = place_encoders(
+        cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
+    )
+    check_encoders(placement, cfg.encoder, spec)
+    log.debug("docembed: %s", placement.describe())
+    # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
+    cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))
+    fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
+    # The inputs make no number of the output, so they are not in its fingerprint; but a rerun over other inputs
+    # must not resume this output, whose recorded listing it would finish instead.
+    inputs = sorted({tree(location) for location in cfg.inputs})
+    manifest = {**fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor, fields), "inputs": inputs}
+    return Placed(cfg, placement, fields, manifest)
+
+
 def _run_on_ray(
-    cfg: JobConfig,
+    placed: Placed,
     started: float,
     ray_ready: float,
     spec: model_dir.ModelSpec,
@@ -226,19 +258,8 @@ def _run_on_ray(
     listing: Iterator[Page],
     still_held: Callable[[], None],
 ) -> RunReport | None:
-    placement = place_encoders(
-        cfg.accelerator, ray.nodes(), cpu_actors=cfg.resources.encode_actors, cpu_per_actor=cfg.resources.encode_cpus
-    )
-    check_encoders(placement, cfg.encoder, spec)
-    log.debug("docembed: %s", placement.describe())
-    # The dtype the encoders will run, named so in the fingerprint and in _SUCCESS.
-    cfg = dataclasses.replace(cfg, encoder=cfg.encoder.running_on(placement.kind))
+    cfg, placement, fields, manifest = placed
     # Only now, with every argument checked, is anything written.
-    fields = ShardFields(id=cfg.id_field, text=cfg.text_field)
-    # The inputs make no number of the output, so they are not in its fingerprint; but a rerun over other inputs
-    # must not resume this output, whose recorded listing it would finish instead.
-    inputs = sorted({tree(location) for location in cfg.inputs})
-    manifest = {**fingerprint(spec, chunking, cfg.encoder, extract.pdf_extractor, fields), "inputs": inputs}
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
     state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
     if state is None:
@@ -252,6 +273,7 @@ def _run_on_ray(
             len(record.groups),
             "" if record.complete else " (the listing goes on after the recorded part)",
         )
+    _say_recorded_group_size(record, cfg.group_size)
     ledger = Ledger(cfg.output, state)
     ledger.expect(record.groups)
     if record.complete:
@@ -319,6 +341,21 @@ def _run_on_ray(
     }
     sink.write_success(cfg.output, success)
     return report
+
+
+def _say_recorded_group_size(record: Record, group_size: int) -> None:
+    """Says when --group-size is not what cut the recorded listing's groups: a resume keeps those groups (their ids
+    are recorded, their finished parts named by their markers), so the new size cuts only what is listed after them."""
+    if not record.group_sizes - {group_size}:
+        return
+    applies = "changes nothing here" if record.complete else "applies only to the inputs listed after the recorded part"
+    log.info(
+        "docembed: --group-size %d %s: the recorded groups (cut at --group-size %s) are kept; --overwrite starts "
+        "afresh with it",
+        group_size,
+        applies,
+        ", ".join(map(str, sorted(record.group_sizes))),
+    )
 
 
 def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:

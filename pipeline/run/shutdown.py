@@ -32,6 +32,9 @@ class Interrupted(BaseException):
     def __init__(self, signum: int):
         super().__init__(f"stopped by {signal.Signals(signum).name}")
         self.signum = signum
+        # Set by the run that catches it: whether the output was begun, so that finished groups may be there to
+        # resume. A stop before (while the command starts, models resolve, Ray starts) wrote nothing.
+        self.output_begun = False
 
     @property
     def exit_code(self) -> int:

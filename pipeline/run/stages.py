@@ -26,6 +26,7 @@ from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
 from pipeline.io.filesystems import read_many
 from pipeline.io.shards import WHOLE, ShardFields, ShardUnit, iter_shard
+from pipeline.io.uris import doc_id_of
 from pipeline.kinds import SHARD_KINDS
 from pipeline.run.stage_clock import Record, StageClock
 from pipeline.schemas import (
@@ -47,7 +48,7 @@ def extract_block(
     extract: ExtractConfig = ExtractConfig(),
     record: Record | None = None,
 ) -> Iterator[pa.Table]:
-    """Input rows (doc_id, kind, size as listed, group) -> document rows with the text of each page.
+    """Input rows (uri, kind, size as listed, group) -> document rows with the text of each page.
 
     A shard's documents are streamed out in blocks of SHARD_BLOCK as they are read.
     PDFs are parsed in this process's sandbox (`pipeline.extract.sandbox`) within
@@ -67,7 +68,7 @@ def extract_block(
     with clock.timing("read") as counts:
         # The block's files are fetched side by side: object storage is latency-bound.
         files = [r for r in items if r["kind"] not in SHARD_KINDS]
-        contents = read_many([r["doc_id"] for r in files])
+        contents = read_many([r["uri"] for r in files])
         counts["docs"] += len(contents)
         counts["bytes"] += sum(len(data) for data in contents if isinstance(data, bytes))
         # Read as it is now, which a resumed run's groups that finished before did not see (README).
@@ -79,9 +80,9 @@ def extract_block(
     for row in items:
         group = {name: row[name] for name in GROUP_NAMES}
         if row["kind"] in SHARD_KINDS:
-            yield from _shard_blocks(row["doc_id"], row["kind"], group, _unit(row), fields, clock)
+            yield from _shard_blocks(row["uri"], row["kind"], group, _unit(row), fields, clock)
             continue
-        doc = {"doc_id": row["doc_id"], "kind": row["kind"], "pages": None, **group}
+        doc = {"doc_id": doc_id_of(row["uri"]), "kind": row["kind"], "pages": None, **group}
         data = next(contents)
         if isinstance(data, Exception):
             rows.append(error_row(doc, "read", type(data).__name__, str(data)))

@@ -26,6 +26,7 @@ import ray
 from ray.cluster_utils import Cluster
 
 from pipeline import JobConfig, run_job
+from pipeline.io.uris import doc_id_of
 from pipeline.results import read_errors, read_report, read_table
 from pipeline.run.report import RunReport
 from pipeline.run.stage_clock import EncoderTotals
@@ -66,10 +67,11 @@ def write_corpus(root: Path, files: int, shard_docs: int = 0, sentences: int = 1
 
 
 def expected_inputs(root: Path) -> set[str]:
-    """Every document of a corpus as its doc_id: a file's path, or `shard#id` for a shard's row."""
-    ids = {str(p) for p in root.rglob("*") if p.suffix in DOCUMENT_SUFFIXES}
+    """Every document of a corpus as its doc_id: a file's path (`doc_id_of`: "%" and "#" percent-encoded), or
+    `shard#id` for a shard's row."""
+    ids = {doc_id_of(str(p)) for p in root.rglob("*") if p.suffix in DOCUMENT_SUFFIXES}
     for shard in root.rglob("*.jsonl"):
-        ids |= {f"{shard}#{json.loads(line)['id']}" for line in shard.read_text().splitlines()}
+        ids |= {f"{doc_id_of(str(shard))}#{json.loads(line)['id']}" for line in shard.read_text().splitlines()}
     return ids
 
 

@@ -1,7 +1,8 @@
 """Hostile names and known fake credentials: nothing is written outside `--output`, and nothing leaks.
 
 Document ids from shard rows and names of files on disk are data: they reach
-doc_ids verbatim and never a path (parts are named by group hashes). Known fake
+doc_ids verbatim (a file's name with "%" and "#" percent-encoded, so that its
+doc_id is no row's) and never a path (parts are named by group hashes). Known fake
 credentials sit in the environment of the driver and of every Ray worker, and
 in signed-URL query strings of refused inputs; none may appear in any output
 file, error row, `_SUCCESS`, the job's stdout/stderr, Ray's session logs, or the
@@ -18,6 +19,7 @@ import pytest
 
 from jobs.embed import main
 from pipeline import JobConfig, run_job
+from pipeline.io.uris import doc_id_of
 
 import scenarios
 from support import REPO, assert_no_secrets, execute_notebook, notebook_outputs_text, ray_log_files
@@ -79,7 +81,8 @@ def test_hostile_ids_and_names_stay_data_and_write_nothing_outside_the_output(ra
         "_docembed.json",
         "_SUCCESS",
     }
-    expected = {str(corpus / "names" / n) for n in HOSTILE_NAMES} | {f"{corpus / 'ids.jsonl'}#{r['id']}" for r in rows}
+    names = {doc_id_of(str(corpus / "names" / n)) for n in HOSTILE_NAMES}
+    expected = names | {f"{corpus / 'ids.jsonl'}#{r['id']}" for r in rows}
     assert scenarios.expected_inputs(corpus) == expected
     scenarios.check_exactly_once(str(out), expected, report)  # every doc_id back verbatim, nothing foreign
 

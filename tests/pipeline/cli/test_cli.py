@@ -94,10 +94,12 @@ def catches(pid: int, signum: int) -> bool:
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_stop_while_the_command_starts_is_one_line(tmp_path, signum, code):
+def test_a_stop_while_the_command_starts_is_one_line_saying_nothing_was_written(tmp_path, signum, code):
     # Once `docembed` has its SIGTERM handler, half a second on: it is importing the command, or starting Ray,
     # before the run's own handlers are in place. (SIGINT back to its default: an xdist worker ignores it.)
-    argv = [str(DOCEMBED), "embed", "--input", str(SAMPLES), "--output", str(tmp_path / "out")]
+    # The output is not begun yet, so the line promises no finished groups to resume.
+    out = tmp_path / "out"
+    argv = [str(DOCEMBED), "embed", "--input", str(SAMPLES), "--output", str(out)]
     reset = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
     process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, preexec_fn=reset)
     deadline = time.monotonic() + 60
@@ -107,5 +109,7 @@ def test_a_stop_while_the_command_starts_is_one_line(tmp_path, signum, code):
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == code, stderr
-    assert stderr.strip().splitlines()[-1].startswith(f"docembed: stopped by {signal.Signals(signum).name}"), stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == f"docembed: stopped by {signal.Signals(signum).name} before anything was written", stderr
     assert "Traceback" not in stderr, stderr
+    assert not out.exists()

@@ -103,7 +103,7 @@ def record(output: str, uris: list[str], group_size: int) -> dict[str, list[str]
     """Records `uris` as the output's whole listing; returns each group's members."""
     recorded = record_groups(listing(uris), group_size, "s")
     fs, root = filesystem_for(output)
-    inputs.write_part(fs, root, 0, recorded, skipped=3)
+    inputs.write_part(fs, root, 0, recorded, skipped=3, group_size=group_size)
     inputs.write_listed(fs, root, parts=1, inputs=recorded.num_rows, skipped=3)
     groups: dict[str, list[str]] = {}
     for uri, group in zip(recorded.column("uri").to_pylist(), recorded.column("group").to_pylist()):

@@ -41,7 +41,7 @@ def _recorded(tmp_path, files: int, group_size: int) -> list[pa.Table]:
     recorded = record_groups(listing(text_files(files)), group_size, "s")
     for layout_dir in ("_inputs", "_staging"):
         (tmp_path / layout_dir).mkdir()
-    inputs.write_part(pafs.LocalFileSystem(), str(tmp_path), 0, recorded, 0)
+    inputs.write_part(pafs.LocalFileSystem(), str(tmp_path), 0, recorded, 0, group_size)
     return list(work_blocks(recorded))
 
 
@@ -69,9 +69,7 @@ def test_each_work_block_leaves_the_read_as_a_block_of_its_own_before_the_listin
         if len(blocks) == len(expected) - 1:
             nearly_all.set()
 
-    assert sorted(b.column("doc_id").to_pylist() for b in blocks) == sorted(
-        b.column("doc_id").to_pylist() for b in expected
-    )
+    assert sorted(b.column("uri").to_pylist() for b in blocks) == sorted(b.column("uri").to_pylist() for b in expected)
     assert before_the_end == len(expected) - 1, "the work blocks waited for the listing's end"
 
 

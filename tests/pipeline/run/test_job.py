@@ -2,6 +2,8 @@
 
 import dataclasses
 import json
+import logging
+import logging.handlers
 import os
 import shutil
 import subprocess
@@ -268,6 +270,41 @@ def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_l
     assert "after the listing" in " ".join(after.filter(pc.field("doc_id") == edited).column("text").to_pylist())
 
     assert run_job(dataclasses.replace(cfg, overwrite=True)).inputs == 6
+
+
+def test_a_resume_keeps_the_recorded_groups_and_says_a_new_group_size_applies_only_after_them(
+    ray_local, tmp_path, caplog
+):
+    """A resume's groups come from its recorded listing: another --group-size cuts only what is listed after it,
+    and the run says so in one line (the group size is not in the fingerprint: the same output resumes)."""
+    corpus, out = tmp_path / "corpus", tmp_path / "out"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"a{i}.txt").write_text(f"Note {i} on how groups of files are committed together.")
+    cfg = JobConfig(inputs=(str(corpus),), output=str(out), group_size=2)
+    run_job(cfg)
+    # What a driver killed while it listed leaves: no _SUCCESS, one group done, the listing recorded in part.
+    (out / "_SUCCESS").unlink()
+    (out / "_inputs" / "_LISTED.json").unlink()
+    for marker in sorted((out / "_groups").iterdir())[1:]:
+        marker.unlink()
+    for i in range(3):
+        (corpus / f"b{i}.txt").write_text(f"Note {i} listed after the recorded part.")
+    # Its own handler: caplog's is found at WARNING after a run on Ray.
+    caplog.set_level(logging.INFO, logger="docembed")
+    handler = logging.handlers.BufferingHandler(capacity=100)
+    logging.getLogger("docembed").addHandler(handler)
+    try:
+        run_job(dataclasses.replace(cfg, group_size=3))
+    finally:
+        logging.getLogger("docembed").removeHandler(handler)
+    said = [r.getMessage() for r in handler.buffer if "--group-size" in r.getMessage()]
+    assert said == [
+        "docembed: --group-size 3 applies only to the inputs listed after the recorded part: the recorded groups "
+        "(cut at --group-size 2) are kept; --overwrite starts afresh with it"
+    ]
+    assert pq.read_table(out / "_inputs").column("group_docs").to_pylist() == [2, 2, 2, 2, 3, 3, 3]
+    assert read_report(str(out))["output"]["groups_resumed"] == 1
 
 
 def test_real_pdf_corpus_and_short_texts_pack_into_three_programs(ray_local, corpus, tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 
@@ -23,6 +25,26 @@ def test_extract_stage_streams_a_shard_in_blocks_and_counts_it_at_the_end(tmp_pa
     table = pa.concat_tables(out)
     assert table.column("group_docs").to_pylist() == [None] * 9 + [10]
     assert set(table.column("group").to_pylist()) == {block.column("group")[0].as_py()}
+
+
+def test_a_file_named_like_a_shard_row_or_like_another_files_doc_id_has_a_doc_id_of_its_own(tmp_path):
+    """A row's doc_id is `<shard>#<id>`; a file's is its path with "%" and "#" percent-encoded, so that neither
+    `col.jsonl#x.txt` (a file) and row `x.txt` of `col.jsonl`, nor files `a#b.txt` and `a%23b.txt`, share one."""
+    (tmp_path / "col.jsonl").write_text(json.dumps({"id": "x.txt", "text": "the row x.txt"}) + "\n")
+    for name in ("col.jsonl#x.txt", "a#b.txt", "a%23b.txt"):
+        (tmp_path / name).write_text(f"the file {name}")
+    uris = sorted(str(p) for p in tmp_path.iterdir())
+    docs = pa.concat_tables(b for block in work_blocks(record_groups(listing(uris), 64)) for b in extract_block(block))
+    got = {d: pages[0] for d, pages in zip(docs.column("doc_id").to_pylist(), docs.column("pages").to_pylist())}
+    assert len(got) == docs.num_rows == 4
+    assert got == {
+        f"{tmp_path}/col.jsonl#x.txt": "the row x.txt",
+        f"{tmp_path}/col.jsonl%23x.txt": "the file col.jsonl#x.txt",
+        f"{tmp_path}/a%23b.txt": "the file a#b.txt",
+        f"{tmp_path}/a%2523b.txt": "the file a%23b.txt",
+    }
+    # A doc_id without a row's "#", unquoted, is the path of the file whose text it holds.
+    assert all(Path(unquote(d)).read_text() == text for d, text in got.items() if "#" not in d)
 
 
 def test_the_cpu_stages_the_writer_and_the_tally_never_load_jax():
