@@ -31,6 +31,7 @@ from pipeline.output.layout import FORMAT, STAGING_DIR, marker_path
 from pipeline.output.resume import Resume
 
 COUNT_KEYS = ("docs_ok", "docs_failed", "chunks", "tokens")
+_REPEAT = object()  # what `Ledger._add` says of a summary it has counted already
 
 
 @dataclasses.dataclass
@@ -77,20 +78,28 @@ class Ledger:
         with self._lock:
             self.expected.update((g, docs) for g, docs in groups.items() if g not in self.parts)
 
-    def add(self, summary: dict) -> dict | None:
-        """Counts one writer summary; returns the group's marker when this completes it."""
+    def add(self, summaries: list[dict]) -> tuple[list[dict], list[dict]]:
+        """Counts writer summaries. Returns those it counted, for the run's report (a retried write's summary,
+        sent again, is counted once), and the markers of the groups they complete."""
+        counted, markers = [], []
         with self._lock:
-            return self._add(summary)
+            for summary in summaries:
+                outcome = self._add(summary)
+                if outcome is not _REPEAT:
+                    counted.append(summary)
+                    markers += [outcome] if outcome is not None else []
+        return counted, markers
 
-    def _add(self, summary: dict) -> dict | None:
+    def _add(self, summary: dict) -> dict | object | None:
+        """The group's marker when `summary` completes it; None when it does not; _REPEAT when it was counted."""
         group = summary["group"]
         if group not in self.expected:
             if set(summary["parts"]) <= self.parts.get(group, set()):
-                return None  # a retried write of parts already counted
+                return _REPEAT  # a retried write of parts already counted
             raise RuntimeError(f"rows for group {group}, which is not being written: refusing to go on")
         tally = self.pending.setdefault(group, _Tally())
         if set(summary["parts"]) and set(summary["parts"]) <= set(tally.parts):
-            return None  # the same parts again: a retried write of the same rows
+            return _REPEAT  # the same parts again: a retried write of the same rows
         if summary["group_docs"] is not None:
             tally.group_docs = summary["group_docs"]
         tally.docs_started += summary["docs_started"]

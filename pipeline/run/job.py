@@ -10,6 +10,7 @@ is made (`pipeline.run.feed`), and the ledger keeps a tally per group.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -30,7 +31,7 @@ from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
-from pipeline.errors import ConfigError, InputError
+from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
@@ -189,7 +190,8 @@ def run(cfg: JobConfig) -> RunReport | None:
                 e.output_begun = placed is not None
                 if owns_ray:
                     ray.shutdown()  # a private local Ray: its workers, actors and their sandboxes stop with it
-                clear_staging(cfg.output)
+                with contextlib.suppress(StorageError):  # the store may be why it was stopped; the next run clears it
+                    clear_staging(cfg.output)
                 raise
 
 
@@ -386,9 +388,8 @@ def _run_groups(
         try:
             for _ in ds.iter_internal_ref_bundles():
                 still_held()
-                rows = ray.get(recorder.feed.take_written.remote())
-                report.add_summaries(rows)
-                markers = [m for m in map(ledger.add, rows) if m is not None]
+                counted, markers = ledger.add(ray.get(recorder.feed.take_written.remote()))
+                report.add_summaries(counted)
                 for marker in markers:
                     window.committed(marker["counts"])
                 if markers:  # the read may go on: its window counts commits

@@ -141,15 +141,17 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
 
     # Rows arrive split across writer calls, a later chunk before the first one, groups mixed.
     first = write(chunk_rows(g, a, 3, 2, start=1) + chunk_rows(s, "/d/s.jsonl#1", 1), output)
-    assert [ledger.add(r) for r in first] == [None, None]
+    assert ledger.add(first) == (first, [])
     second = write(chunk_rows(g, a, 3, 2, stop=1) + [error_row(g, b, 2)], output)
-    marker = ledger.add(second[0])
+    counted, [marker] = ledger.add(second[:1])
+    assert counted == second[:1]
     assert marker is not None and marker["counts"]["docs_ok"] == 1 and marker["counts"]["docs_failed"] == 1
     assert len(marker["parts"]) == 3  # two embeddings parts, one errors part
-    assert ledger.add(second[0]) is None  # the same summary twice: a retried write, counted once
+    # The same summaries again: a retried write, counted once, in the ledger and in what it hands the report.
+    assert ledger.add(second[:1]) == ([], []) and ledger.add(first) == ([], [])
     # The shard's count comes with its last document.
-    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, stop=1), output)[0]) is None
-    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, start=1), output)[0]) is not None
+    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, stop=1), output)[:1])[1] == []
+    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, start=1), output)[:1])[1] != []
     ledger.finish()
     assert ledger.documents == 4
     assert {p.name for p in (tmp_path / "out" / "_groups").iterdir()} == {f"{g}.json", f"{s}.json"}
@@ -171,8 +173,7 @@ def test_committed_parts_gone_at_the_end_are_one_output_error_and_the_rerun_redo
     ((group, members),) = record(output, text_files(2), 2).items()
     _, ledger = opened(output)
     for doc in members:
-        for row in write(chunk_rows(group, doc, 1, 2), output):
-            ledger.add(row)
+        ledger.add(write(chunk_rows(group, doc, 1, 2), output))
     for part in (tmp_path / "out" / "embeddings").iterdir():
         part.unlink()
     with pytest.raises(OutputError, match=r"2 parts of committed groups are gone .*rerun the same command to redo"):
@@ -197,8 +198,7 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     (done, members), (unfinished, others) = record(output, text_files(4), 2).items()
     _, ledger = opened(output)
     for doc in members:
-        for row in write(chunk_rows(done, doc, 1, 2), output):
-            ledger.add(row)
+        ledger.add(write(chunk_rows(done, doc, 1, 2), output))
     write(chunk_rows(unfinished, others[0], 1, 2), output)  # its group never completes
     (tmp_path / "out" / "_staging" / "leftover.parquet").write_bytes(b"partial")
     stale = tmp_path / "out" / "_groups" / "0123456789abcdef0123.json"
