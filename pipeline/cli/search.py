@@ -36,9 +36,9 @@ def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
             raise UserError(
                 f"{a['output']} was embedded with another model ({report['model']['id']}) than the one loaded"
             )
+        hits = nearest(table, embedder.embed([a["query"]], prompt=a["prompt"])[0], a["top"])  # the prompt is checked
     except UserError as e:
         return error_line(str(e))
-    hits = nearest(table, embedder.embed([a["query"]], prompt=a["prompt"])[0], a["top"])
     print(f"top {len(hits)} chunks for: {a['query']!r}")
     for rank, hit in enumerate(hits.to_pylist(), 1):
         pages = f" pages {hit['page_start']}-{hit['page_end']}" if hit["page_start"] is not None else ""
