@@ -66,6 +66,7 @@ class Lease:
             "beat": 0,
         }
         self.lost: str | None = None  # what a renewal found instead of this run's lease
+        self._renewed = time.monotonic()  # when this run's lease was last written
         self._stop = threading.Event()
         self._beating = threading.Thread(target=self._renew, name="docembed-lease", daemon=True)
 
@@ -87,22 +88,26 @@ class Lease:
 
     def _claim(self) -> None:
         self._write()
+        self._renewed = time.monotonic()
         time.sleep(self.timing.settle_s)
         held = self._read()
         if held is None or held["run"] != self.mine["run"]:
-            raise OutputError(_busy(self.output, held))
+            raise OutputError(busy(self.output, held))
 
     def check(self) -> None:
-        """OutputError when another run has taken the output over since (this run had stopped renewing)."""
-        if self.lost is not None:
-            raise OutputError(
-                f"output {redact(self.output)}: {self.lost} while this run was not renewing its lease: this run "
-                "stops; rerun the command once no other run writes there"
-            )
+        """OutputError when another run may have taken the output over: a renewal found another run's lease
+        (or none, or failed for good), or none has succeeded for as long as a lease takes to lapse."""
+        if self.lost is None and time.monotonic() - self._renewed <= self.timing.lapse_s:
+            return
+        why = self.lost or f"this run could not renew its lease for {self.timing.lapse_s:.0f} s, so another may take it"
+        raise OutputError(
+            f"output {redact(self.output)}: {why}: this run stops; rerun the same command once no other run writes "
+            "there"
+        )
 
     def release(self) -> None:
         """Stops renewing and deletes the lease if it is still this run's. A lease left behind (storage down)
-        lapses: this host's next run finds its process gone."""
+        lapses: this host's next run finds its process gone. Nothing here may hide how the run ended."""
         self._stop.set()
         if self._beating.is_alive():
             self._beating.join()
@@ -111,7 +116,7 @@ class Lease:
             held = self._read()
             if held is not None and held["run"] == self.mine["run"]:
                 storage.delete_file(self.fs, self.path)
-        except StorageError as e:
+        except Exception as e:
             log.debug("docembed: lease of %s left to lapse: %s", redact(self.output), e)
 
     def _watch(self, held: dict) -> dict | None:
@@ -130,7 +135,7 @@ class Lease:
             if now is None:
                 return None
             if now != held:
-                raise OutputError(_busy(self.output, now))
+                raise OutputError(busy(self.output, now))
         return held
 
     def _renew(self) -> None:
@@ -142,8 +147,12 @@ class Lease:
                     return
                 self.mine["beat"] += 1
                 self._write()
-            except StorageError as e:  # the run meets the outage itself; the next beat tries again
+                self._renewed = time.monotonic()
+            except StorageError as e:  # perhaps passing: `check` stops the run once the lease could have lapsed
                 log.debug("docembed: cannot renew the lease of %s: %s", redact(self.output), e)
+            except Exception as e:  # not storage's: it would fail every renewal, so the lease is as good as lost
+                self.lost = f"renewing its lease failed ({type(e).__name__}: {e})"
+                return
 
     def _read(self) -> dict | None:
         """The lease there; None when there is none, or none that a run wrote whole."""
@@ -174,7 +183,8 @@ def _who(held: dict) -> str:
     return f"on {held.get('host')}, process {held.get('pid')}, since {held.get('since')}"
 
 
-def _busy(output: str, held: dict | None) -> str:
+def busy(output: str, held: dict | None = None) -> str:
+    """Why a run is refused: another holds `output` (named by its lease `held`, where there is one)."""
     holder = f" ({_who(held)})" if held else ""
     return (
         f"output {redact(output)} is being written by another run{holder}: wait for it to end, or choose another output"

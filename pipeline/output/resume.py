@@ -34,7 +34,7 @@ from pipeline.output.files import delete_parts, dumps, list_parts, parallel, rea
 from pipeline.output.fingerprint import mismatch, same_run
 from pipeline.output.inputs import Record, read_record
 from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, STAGING_DIR, SUCCESS_FILE, group_of_marker
-from pipeline.output.lease import Lease, LeaseTiming
+from pipeline.output.lease import Lease, LeaseTiming, busy
 
 
 @dataclasses.dataclass
@@ -80,9 +80,7 @@ def _locked(output: str, root: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise OutputError(
-                f"output {output} is being written by another run: wait for it to end, or choose another output"
-            ) from None
+            raise OutputError(busy(output)) from None
         yield
     finally:
         os.close(fd)

@@ -1,6 +1,6 @@
 """A run's lease on an object-store output (pipeline.output.lease), on moto's S3 server and the GCS emulator:
 a live holder refuses a second run, a dead one's lease is taken over, two claims at once leave one holder, and
-a run whose lease was taken stops at its next commit.
+a run whose lease was taken, or could not be renewed, stops at its next commit.
 
 The holders here renew every 0.4 s instead of every 10 s, so that a lease lapses in 1.2 s.
 """
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, StorageError
 from pipeline.io import filesystems
 from pipeline.io.filesystems import filesystem_for
 from pipeline.output.layout import LEASE_FILE
@@ -134,9 +134,33 @@ def test_a_run_whose_lease_another_run_took_stops_at_its_next_check(output):
         still_held()
         put_lease(output, run="thief", host="elsewhere", pid=7, since="2026-01-01T00:00:00+00:00", beat=0)
         time.sleep(2.5 * FAST.beat_s)
-        with pytest.raises(OutputError, match=r"another run \(on elsewhere, process 7, .*\) took it over .* stops"):
+        with pytest.raises(OutputError, match=r"\(on elsewhere, process 7, .*\) took it over: this run stops"):
             still_held()
     assert lease_of(output)["run"] == "thief"  # the other run's lease is not released by this one
+
+
+def test_a_run_whose_renewals_fail_stops_once_its_lease_could_have_lapsed(output, monkeypatch):
+    with held_alone(output, FAST) as still_held:
+        with monkeypatch.context() as patched:
+            patched.setattr(filesystems, "put_small", storage_down)
+            time.sleep(FAST.beat_s * 1.5)
+            still_held()  # a renewal failed, but the lease has not lapsed yet
+            time.sleep(FAST.lapse_s)
+            with pytest.raises(OutputError, match=r"could not renew its lease for 1 s, so another may take it: this"):
+                still_held()
+    assert lease_of(output) is None  # released all the same
+
+
+def test_a_renewal_failing_otherwise_than_storage_stops_the_run_at_once(output, monkeypatch):
+    with held_alone(output, FAST) as still_held, monkeypatch.context() as patched:
+        patched.setattr(filesystems, "put_small", lambda *a: 1 / 0)
+        time.sleep(FAST.beat_s * 1.5)
+        with pytest.raises(OutputError, match=r"renewing its lease failed \(ZeroDivisionError: division by zero\)"):
+            still_held()
+
+
+def storage_down(*args):
+    raise StorageError("cannot write: still failing after 3 attempts")
 
 
 def test_the_cli_is_refused_in_two_lines_while_another_process_holds_an_object_store_output(output, servers, tmp_path):
