@@ -32,7 +32,7 @@ from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, i
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import check_location, is_uri, redact, scheme_of, unreadable_key, uri_of
-from pipeline.kinds import SHARD_KINDS, described, kind_of
+from pipeline.kinds import described, kind_of
 from pipeline.schemas import is_utf8
 
 log = logging.getLogger("docembed")
@@ -49,13 +49,9 @@ class Page:
 
 @dataclasses.dataclass(frozen=True)
 class InputFile:
-    uri: str  # what the user would write to name this file; the doc_id of a single-document file
+    uri: str  # what the user would write to name this file
     kind: str  # "pdf" or "text" (one document), "jsonl" or "parquet" (a shard of many)
     size: int
-
-    @property
-    def is_shard(self) -> bool:
-        return self.kind in SHARD_KINDS
 
 
 def list_pages(
@@ -204,18 +200,26 @@ def _walk(directory: str, start_after: str | None, above: frozenset = frozenset(
     and inode), which would list its files again, deeper each time, until the
     path is too long.
     """
-    here = os.stat(directory)
+    try:
+        here = os.stat(directory)
+        with os.scandir(directory) as it:
+            named = sorted((e.name + "/" if e.is_dir() else e.name, e) for e in it)
+    except FileNotFoundError:
+        return  # removed while the walk went on: nothing is under it
+    except OSError as e:  # unreadable: its files cannot be embedded, and leaving them out would be silent
+        raise InputError(f"input directory {redact(directory)} cannot be listed: {e.strerror or e}") from None
     above = above | {(here.st_dev, here.st_ino)}
-    with os.scandir(directory) as it:
-        named = sorted((e.name + "/" if e.is_dir() else e.name, e) for e in it)
     for name, entry in named:
         path = directory + name
-        if name.endswith("/"):
-            inside = entry.stat()
-            if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
-                yield from _walk(path, start_after, above)
-        elif entry.is_file() and (start_after is None or path > start_after):
-            yield path, entry.stat().st_size
+        try:
+            if name.endswith("/"):
+                inside = entry.stat()
+                if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
+                    yield from _walk(path, start_after, above)
+            elif entry.is_file() and (start_after is None or path > start_after):
+                yield path, entry.stat().st_size
+        except FileNotFoundError:
+            continue  # removed since the directory was read
 
 
 def _missing_bucket(fs: pafs.FileSystem, path: str) -> str:

@@ -106,6 +106,27 @@ def test_missing_and_empty_locations(tmp_path):
         list_pages([str(tmp_path)], page_size=0)
 
 
+def test_an_unreadable_directory_is_one_input_error_and_a_vanished_one_is_passed_over(tmp_path, monkeypatch):
+    for sub in ("a", "b", "c"):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "f.txt").write_text("x")
+    scandir = os.scandir
+
+    def refusing(path):  # as for a directory without read permission, which root (the tests' user here) ignores
+        if path.endswith("/b/"):
+            raise PermissionError(13, "Permission denied")
+        if path.endswith("/c/"):
+            raise FileNotFoundError(2, "No such file or directory")
+        return scandir(path)
+
+    monkeypatch.setattr(listing.os, "scandir", refusing)
+    with pytest.raises(InputError, match=r"^input directory .*/b/ cannot be listed: Permission denied$"):
+        listed([str(tmp_path)])
+    (tmp_path / "b" / "f.txt").unlink()
+    (tmp_path / "b").rmdir()
+    assert [f.uri for f in list_inputs([str(tmp_path)])[0]] == [str(tmp_path / "a" / "f.txt")]
+
+
 def test_files_named_in_bytes_that_are_not_utf8_are_skipped_and_said(tmp_path, caplog):
     # Python names such a file with a lone surrogate, which no Arrow string (no doc_id) can hold.
     (tmp_path / "ok.txt").write_text("ok")
