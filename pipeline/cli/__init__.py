@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     command = parser.parse_args(argv[:1]).command
     # A stop while the command starts (its imports, Ray's) is one line too, as one during the run is.
-    signal.signal(signal.SIGTERM, stop)
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored from the start, it stays so (`interruptible`)
+        signal.signal(signal.SIGTERM, stop)
     try:
         return importlib.import_module(f"pipeline.cli.{command}").main(argv[1:], prog=f"docembed {command}")
     except KeyboardInterrupt:

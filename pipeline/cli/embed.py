@@ -22,7 +22,7 @@ import signal  # noqa: E402
 from pipeline import run_job  # noqa: E402
 from pipeline.cli import error_line, stopped  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
-from pipeline.io.filesystems import redact  # noqa: E402
+from pipeline.io.uris import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
 from pipeline.run.console import docembed_level  # noqa: E402
 from pipeline.run.shutdown import Interrupted  # noqa: E402

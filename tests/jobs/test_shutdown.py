@@ -6,6 +6,7 @@ leave no process of its own behind (Ray, stage workers, sandboxes), nothing
 half-written and no `_staging/`, and the same command must then finish the run.
 """
 
+import functools
 import signal
 import subprocess
 import sys
@@ -46,7 +47,10 @@ def stop_mid_run(args: list[str], out, signum: int, log) -> None:
     """Runs the command, sends `signum` while it extracts, and checks what it left: one line, no process, no
     half-written file."""
     with open(log, "w") as sink:
-        driver = subprocess.Popen(EMBED + args, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO)
+        # SIGINT as a terminal's foreground process has it, whoever runs the tests (a shell's background job, an
+        # xdist worker ignores it, and a process started so keeps ignoring it).
+        reset = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+        driver = subprocess.Popen(EMBED + args, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO, preexec_fn=reset)
         family = wait_for_sandbox(psutil.Process(driver.pid))
         driver.send_signal(signum)
         assert driver.wait(timeout=120) == 128 + signum

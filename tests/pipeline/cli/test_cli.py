@@ -15,7 +15,7 @@ from jobs import capacity, embed, search
 from pipeline.cli import COMMANDS, main
 from pipeline.options import options_of
 
-from support import SAMPLES
+from support import REPO, SAMPLES
 
 DOCEMBED = Path(sys.executable).with_name("docembed")  # the console script `pip install .` puts beside python
 SCRIPTS = {"embed": embed.main, "search": search.main, "capacity": capacity.main}
@@ -113,3 +113,16 @@ def test_a_stop_while_the_command_starts_is_one_line_saying_nothing_was_written(
     assert last == f"docembed: stopped by {signal.Signals(signum).name} before anything was written", stderr
     assert "Traceback" not in stderr, stderr
     assert not out.exists()
+
+
+def test_a_sigterm_ignored_from_the_start_stays_ignored():
+    child = """
+import contextlib, signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a parent that shields its children from SIGTERM starts them
+from pipeline.cli import main
+with contextlib.suppress(SystemExit):
+    main(["capacity", "--help"])
+print(signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)
+"""
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 0 and result.stdout.splitlines()[-1] == "True", result.stderr
