@@ -47,11 +47,14 @@ class ListingFeed:
             self.changed.notify_all()
 
     async def commit(self, groups: int, window: int | None = None) -> None:
-        """`groups` are committed; `window`: the driver's window, sized from what the committed groups held."""
+        """`groups` are committed; `window`: the driver's window, sized from what the committed groups held.
+
+        Counts only grow, as in `recorded`: a stale call run late keeps neither its count nor its window.
+        """
         async with self.changed:
-            self.committed = groups
-            self.window = window or self.window
-            self.changed.notify_all()
+            if groups >= self.committed:
+                self.committed, self.window = groups, window or self.window
+                self.changed.notify_all()
 
     async def room(self, started: int, window: int) -> int:
         """Waits until fewer than `window` (the driver's window, once it sent one) of the `started` groups are
