@@ -173,7 +173,7 @@ class Recorder:
         for page in self.pages:
             if self._stop.is_set():
                 raise ListingFailed("the driver is stopping")
-            self.skipped += page.skipped
+            self.skipped += page.skipped  # wherever they lie on the page: approximate on resume (`Record.skipped`)
             entries = self.cutter.add(page.entries)
             if entries is not None:
                 ready.append(entries)
