@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from pipeline.errors import StorageError
 from pipeline.run.report import ProgressLine
 
+log = logging.getLogger("docembed")
+
 
 def ray_init_args(verbosity: str) -> dict:
     """`ray.init` arguments: the driver's `ray` logger level, and whether workers' output reaches this console."""
@@ -207,13 +209,23 @@ class Ticker:
 
     def _run(self) -> None:
         while not self.stopped.wait(self.every_s):
-            try:
-                self.tick(False)
-            except Exception:  # e.g. the run's tally gone while the job stops: the display ends, the job goes on
+            if not self._tick(False):
                 return
 
     def close(self, *, final: bool) -> None:
+        """Stops the thread, then ticks once more if `final`; a failing tick never replaces what the job raised,
+        nor keeps the live line from being ended."""
         self.stopped.set()
         self.thread.join()
         if final:
-            self.tick(True)
+            self._tick(True)
+
+    def _tick(self, final: bool) -> bool:
+        """False when the tick failed (e.g. the run's tally gone while the job stops): the display ends, the job
+        goes on, and a bug in the display still leaves a trace at debug level."""
+        try:
+            self.tick(final)
+        except Exception:
+            log.debug("docembed: the progress line stopped", exc_info=True)
+            return False
+        return True
