@@ -33,7 +33,7 @@ log = logging.getLogger("docembed")
 def ray_init_args(verbosity: str) -> dict:
     """`ray.init` arguments: the driver's `ray` logger level, and whether workers' output reaches this console."""
     return {
-        "logging_level": {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}[verbosity],
+        "logging_level": RAY_CONSOLE_LEVEL[verbosity],
         # Workers' stderr carries their warnings and tracebacks; quiet leaves them to the log directory.
         "log_to_driver": verbosity != "quiet",
     }
@@ -46,10 +46,9 @@ def configure_ray_data(verbosity: str) -> None:
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = verbosity == "verbose"
-    console = {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}[verbosity]
     for handler in logging.getLogger("ray.data").handlers:
         if _writes_to_console(handler):
-            handler.setLevel(console)
+            handler.setLevel(RAY_CONSOLE_LEVEL[verbosity])
             _off_verbose(handler, _Notice(BARS_OFF_NOTICE), verbosity)
             _off_verbose(handler, _Notice(ABORT_NOTICE), verbosity)
             _off_verbose(handler, _StorageFailure(), verbosity)
@@ -149,6 +148,10 @@ def storage_failure(e: BaseException | None) -> str | None:
 
 
 _REMOTE_STORAGE_ERROR = re.compile(r"pipeline\.errors\.StorageError: ([^\n]+)")
+
+
+# Ray's and Ray Data's console level per verbosity.
+RAY_CONSOLE_LEVEL = {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}
 
 
 def docembed_level(verbosity: str) -> int:

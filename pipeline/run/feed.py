@@ -293,6 +293,4 @@ class RecordedInputs(Datasource):
     def _plan(self, shard: dict) -> ShardPlan | None:
         """A big shard's units (`shards.plan_units`), planned here, in the read: a task of its own would wait for
         a CPU that the running stages hold. The blocks before it are already on their way."""
-        if not shards.may_split(shard["uri"], shard["size"], self.unit_bytes):
-            return None
         return shards.plan_units(shard["uri"], shard["kind"], shard["size"], self.fields, self.unit_bytes)
