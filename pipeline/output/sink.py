@@ -32,7 +32,8 @@ from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA
 
 
 def check_writable(output: str) -> None:
-    """Raises OutputError unless `output` can be written; leaves no trace behind."""
+    """Raises OutputError unless `output` can be written; leaves no trace behind but the missing parent
+    directories of a local output, which it creates with the output's own and does not remove."""
     check_location(output)
     fs, root = filesystem_for(output)
     probe = f"{root}/.docembed-write-probe-{uuid.uuid4().hex[:8]}"
