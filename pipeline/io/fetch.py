@@ -29,9 +29,10 @@ _FETCHED = ".docembed-fetched.json"
 def fetch_dir(uri: str, cache: Path | None = None) -> Path:
     """A local copy of the directory at `uri`, fetched into this node's cache and reused.
 
-    The cache is `DOCEMBED_MODEL_CACHE`, by default ~/.cache/docembed/models. It
-    holds a listing (path, size, mtime) of what it fetched: while the remote
-    listing is the same, the copy is reused; when it changed, it is fetched again.
+    The cache is `DOCEMBED_MODEL_CACHE`, by default $XDG_CACHE_HOME/docembed/models
+    (~/.cache/docembed/models without XDG_CACHE_HOME). It holds a listing (path,
+    size, mtime) of what it fetched: while the remote listing is the same, the
+    copy is reused; when it changed, it is fetched again.
     Fetching goes to a temporary directory, checks every size, and is renamed
     into place; a lock keeps the actors of one node from fetching it side by side.
     """

@@ -38,25 +38,13 @@ def same_run(recorded: dict, manifest: dict) -> bool:
 
 
 def mismatch(output: str, recorded: dict, manifest: dict, *, finished: bool = False) -> str:
-    keys = (
-        "inputs",
-        "model",
-        "model_fingerprint",
-        "max_tokens",
-        "overlap",
-        "chunking",
-        "prompt",
-        "dtype",
-        "dim",
-        "pdf_extractor",
-        "id_field",
-        "text_field",
-    )
+    # The manifest's keys, but for the weights' and tokenizer's digests: model_fingerprint covers both.
+    keys = [k for k in manifest if k != "fingerprint" and not k.endswith("_sha256")]
     differs = [
         f"{k} {recorded.get(k)!r} there, {manifest.get(k)!r} now" for k in keys if recorded.get(k) != manifest.get(k)
     ]
     settings = recorded.get("fingerprint") != manifest["fingerprint"]
-    if settings:  # one of the keys above, or something they do not show (the format, the fields' names)
+    if settings:  # one of the keys above, or, for an output an older docembed made, what it fingerprinted then
         differs.insert(0, f"fingerprint {recorded.get('fingerprint')} there, {manifest['fingerprint']} now")
     what = (
         "--overwrite redoes it with these"

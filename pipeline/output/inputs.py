@@ -28,7 +28,7 @@ from pipeline.output.files import dumps, read_json
 from pipeline.output.layout import INPUTS_DIR, LISTED_FILE, STAGING_DIR, inputs_part_index, inputs_part_path
 from pipeline.schemas import INPUTS_SCHEMA
 
-SKIPPED_KEY = "docembed.skipped"  # a part's metadata: files skipped by the listing up to its last entry
+SKIPPED_KEY = "docembed.skipped"  # a part's metadata: files skipped by the listing so far (`Record.skipped`)
 GROUP_SIZE_KEY = "docembed.group_size"  # and the --group-size its file groups were cut with
 
 
@@ -39,7 +39,11 @@ class Record:
     parts: int = 0  # parts 0 .. parts-1 are recorded
     groups: dict[str, int | None] = dataclasses.field(default_factory=dict)  # group -> files (None: a shard)
     inputs: int = 0  # entries recorded
-    skipped: int = 0  # files the listing skipped, up to the last recorded part
+    # Files the listing skipped up to the end of the last page it had read when the last part was recorded: a
+    # page counts its skipped files, not where they lie, and the part may end before the page does (a group's
+    # run of files held back). A listing resumed after the part's last URI counts those after it again, so a
+    # resumed run's count may be a few files too high.
+    skipped: int = 0
     last_uri: str | None = None  # where a stopped listing goes on from
     listed: dict | None = None  # _LISTED.json, once the listing is recorded whole
     group_sizes: set[int] = dataclasses.field(default_factory=set)  # the parts' --group-size (older parts: none)

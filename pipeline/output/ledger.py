@@ -48,8 +48,9 @@ class _Tally:
 class Ledger:
     """The driver's account of which groups are done; writes each group's marker when it completes.
 
-    Groups are made known as the listing is recorded (`expect`, from the
-    listing's thread) and counted as their summaries arrive (`add`, from the
+    Groups are made known as the listing is recorded (`expect`: from the
+    driver's thread for those the output's record holds already, then from
+    the listing's thread) and counted as their summaries arrive (`add`, from the
     driver's loop). It holds a tally only for groups in flight, the file count
     of groups not yet done, and the part names of finished ones (for the final
     sweep): per group, never per file.

@@ -25,13 +25,15 @@ from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import describe, retrying
 from pipeline.io.uris import check_location, redact
+from pipeline.output.files import dumps
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE, part_name
 from pipeline.run.stage_clock import Record, StageClock
 from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA
 
 
 def check_writable(output: str) -> None:
-    """Raises OutputError unless `output` can be written; leaves no trace behind."""
+    """Raises OutputError unless `output` can be written; leaves no trace behind but the missing parent
+    directories of a local output, which it creates with the output's own and does not remove."""
     check_location(output)
     fs, root = filesystem_for(output)
     probe = f"{root}/.docembed-write-probe-{uuid.uuid4().hex[:8]}"
@@ -153,7 +155,7 @@ def write_success(output: str, report: dict) -> None:
     """Writes `_SUCCESS`, the run's last file, then removes `_staging/`: it holds only what failed writes left
     (a rerun would sweep it), and an empty one, a marker object on S3, would stay in the finished output."""
     fs, root = filesystem_for(output)
-    data, staging = json.dumps(report, indent=2, sort_keys=True).encode(), f"{root}/{STAGING_DIR}"
+    data, staging = dumps(report), f"{root}/{STAGING_DIR}"
     storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, staging)
     if storage.file_info(fs, staging).type == pafs.FileType.Directory:
         retrying(f"cannot remove {storage.shown(fs, staging)}", lambda: fs.delete_dir(staging))

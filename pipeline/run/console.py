@@ -27,11 +27,13 @@ from collections.abc import Callable, Iterator
 from pipeline.errors import StorageError
 from pipeline.run.report import ProgressLine
 
+log = logging.getLogger("docembed")
+
 
 def ray_init_args(verbosity: str) -> dict:
     """`ray.init` arguments: the driver's `ray` logger level, and whether workers' output reaches this console."""
     return {
-        "logging_level": {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}[verbosity],
+        "logging_level": RAY_CONSOLE_LEVEL[verbosity],
         # Workers' stderr carries their warnings and tracebacks; quiet leaves them to the log directory.
         "log_to_driver": verbosity != "quiet",
     }
@@ -44,10 +46,9 @@ def configure_ray_data(verbosity: str) -> None:
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = verbosity == "verbose"
-    console = {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}[verbosity]
     for handler in logging.getLogger("ray.data").handlers:
         if _writes_to_console(handler):
-            handler.setLevel(console)
+            handler.setLevel(RAY_CONSOLE_LEVEL[verbosity])
             _off_verbose(handler, _Notice(BARS_OFF_NOTICE), verbosity)
             _off_verbose(handler, _Notice(ABORT_NOTICE), verbosity)
             _off_verbose(handler, _StorageFailure(), verbosity)
@@ -149,6 +150,10 @@ def storage_failure(e: BaseException | None) -> str | None:
 _REMOTE_STORAGE_ERROR = re.compile(r"pipeline\.errors\.StorageError: ([^\n]+)")
 
 
+# Ray's and Ray Data's console level per verbosity.
+RAY_CONSOLE_LEVEL = {"quiet": logging.ERROR, "normal": logging.WARNING, "verbose": logging.INFO}
+
+
 def docembed_level(verbosity: str) -> int:
     """The `docembed` logger's level: its placement line is verbose's, its resume notice normal's."""
     return {"quiet": logging.WARNING, "normal": logging.INFO, "verbose": logging.DEBUG}[verbosity]
@@ -207,13 +212,23 @@ class Ticker:
 
     def _run(self) -> None:
         while not self.stopped.wait(self.every_s):
-            try:
-                self.tick(False)
-            except Exception:  # e.g. the run's tally gone while the job stops: the display ends, the job goes on
+            if not self._tick(False):
                 return
 
     def close(self, *, final: bool) -> None:
+        """Stops the thread, then ticks once more if `final`; a failing tick never replaces what the job raised,
+        nor keeps the live line from being ended."""
         self.stopped.set()
         self.thread.join()
         if final:
-            self.tick(True)
+            self._tick(True)
+
+    def _tick(self, final: bool) -> bool:
+        """False when the tick failed (e.g. the run's tally gone while the job stops): the display ends, the job
+        goes on, and a bug in the display still leaves a trace at debug level."""
+        try:
+            self.tick(final)
+        except Exception:
+            log.debug("docembed: the progress line stopped", exc_info=True)
+            return False
+        return True

@@ -173,7 +173,7 @@ class Recorder:
         for page in self.pages:
             if self._stop.is_set():
                 raise ListingFailed("the driver is stopping")
-            self.skipped += page.skipped
+            self.skipped += page.skipped  # wherever they lie on the page: approximate on resume (`Record.skipped`)
             entries = self.cutter.add(page.entries)
             if entries is not None:
                 ready.append(entries)
@@ -293,6 +293,4 @@ class RecordedInputs(Datasource):
     def _plan(self, shard: dict) -> ShardPlan | None:
         """A big shard's units (`shards.plan_units`), planned here, in the read: a task of its own would wait for
         a CPU that the running stages hold. The blocks before it are already on their way."""
-        if not shards.may_split(shard["uri"], shard["size"], self.unit_bytes):
-            return None
         return shards.plan_units(shard["uri"], shard["kind"], shard["size"], self.fields, self.unit_bytes)

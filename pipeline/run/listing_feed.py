@@ -47,20 +47,22 @@ class ListingFeed:
             self.changed.notify_all()
 
     async def commit(self, groups: int, window: int | None = None) -> None:
-        """`groups` are committed; `window`: the driver's window, sized from what the committed groups held."""
-        async with self.changed:
-            self.committed = groups
-            self.window = window or self.window
-            self.changed.notify_all()
+        """`groups` are committed; `window`: the driver's window, sized from what the committed groups held.
 
-    async def room(self, started: int, window: int) -> int:
+        Counts only grow, as in `recorded`: a stale call run late keeps neither its count nor its window.
+        """
+        async with self.changed:
+            if groups >= self.committed:
+                self.committed, self.window = groups, window or self.window
+                self.changed.notify_all()
+
+    async def room(self, started: int, window: int) -> None:
         """Waits until fewer than `window` (the driver's window, once it sent one) of the `started` groups are
-        uncommitted, or until `stall_seconds` pass without a commit; returns the groups committed."""
+        uncommitted, or until `stall_seconds` pass without a commit."""
         async with self.changed:
             while started - self.committed >= (self.window or window):
                 if not await self._next_commit():
                     break
-        return self.committed
 
     async def _next_commit(self) -> bool:
         """Waits (holding the condition) for the next commit: False once `stall_seconds` pass without one."""

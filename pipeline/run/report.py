@@ -200,6 +200,8 @@ class ProgressLine:
     Ray Data's own progress shows each operator; this line says what the job as
     a whole has done: documents and tokens per second, errors so far, an ETA
     from the fraction of the work that is finished, and how busy each stage is.
+    On a resumed run the rates are this run's own; the ETA is not: the fraction
+    counts the groups an earlier run finished, and does not say how many those are.
     `stages` fetches the run's StageTable so far (only when a line is due).
     """
 
@@ -215,6 +217,9 @@ class ProgressLine:
         self.last = now
         elapsed = max(now - self.started, 1e-9)
         docs = report.docs_ok + report.docs_failed
+        # The rates are this run's own work, as in `RunReport.to_json`: not what an earlier run of the output did.
+        docs_per_s = (docs - report.resumed["docs"]) / elapsed
+        tokens_per_s = (report.tokens - report.resumed["tokens"]) / elapsed
         eta = "unknown"
         if 0 < done_fraction < 1:
             eta = f"{elapsed * (1 - done_fraction) / done_fraction:.0f}s"
@@ -223,7 +228,7 @@ class ProgressLine:
         line = (
             f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), "
             f"{report.tokens} tokens; "
-            f"{docs / elapsed:.1f} docs/s, {report.tokens / elapsed:,.0f} tokens/s; ETA {eta}"
+            f"{docs_per_s:.1f} docs/s, {tokens_per_s:,.0f} tokens/s; ETA {eta}"
         )
         if self.stages is not None:
             line += f"; {self.stages().line(elapsed)}"

@@ -207,6 +207,7 @@ class ChunkBlock:
                 if not len(ids)
                 else f"text yields no tokens the model knows ({len(ids)} unknown)"
             )
+            # "tokenize": the errors' spelling of this stage (README), older than the stage clock's "tokenise".
             return [error_row({"doc_id": doc["doc_id"], "token_ids": []}, "tokenize", "NoTokens", message)]
         with self.clock.timing("chunk") as counts:
             chunks = chunk_document(

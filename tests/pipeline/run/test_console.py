@@ -1,13 +1,24 @@
-"""What the job prints: Ray Data's knobs per verbosity, the live line, the ticker (no Ray started)."""
+"""What the job prints: Ray Data's knobs per verbosity, the live line, the ticker and the progress it shows
+(no Ray started)."""
 
 import io
 import logging
+import sys
 import time
 
+import pytest
 import ray.data
 from ray.data._internal.logging import SessionFileHandler  # private: no public name for Ray Data's log-file handler
 
-from pipeline.run.console import AUTH_NOTICE_LOGGER, LiveLine, Ticker, configure_ray_data, ray_init_args
+from pipeline.run.console import (
+    AUTH_NOTICE_LOGGER,
+    LiveLine,
+    Ticker,
+    configure_ray_data,
+    progress_shown,
+    ray_init_args,
+)
+from pipeline.run.report import RunReport
 
 
 def console_levels() -> tuple[list[int], list[int]]:
@@ -122,3 +133,35 @@ def test_ticker_ticks_until_closed_then_once_finally():
         time.sleep(0.005)
     ticker.close(final=True)
     assert set(calls[:-1]) == {False} and calls[-1] is True
+
+
+def test_a_failing_tick_ends_the_display_with_a_debug_record(caplog):
+    def tick(final: bool) -> None:
+        raise RuntimeError("the tally is gone")
+
+    caplog.set_level(logging.DEBUG, logger="docembed")
+    ticker = Ticker(tick, every_s=0.01)
+    ticker.thread.join(timeout=10)
+    assert not ticker.thread.is_alive()
+    ticker.close(final=False)
+    [record] = [r for r in caplog.records if r.name == "docembed"]
+    assert record.levelno == logging.DEBUG and "the tally is gone" in str(record.exc_info[1])
+
+
+def test_a_failing_final_tick_neither_replaces_the_jobs_error_nor_leaves_the_live_line_open(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    def update(line, final: bool) -> None:
+        if final:
+            raise RuntimeError("the tally is gone")
+        line.update(report, 0.5, force=True)
+
+    report = RunReport("m", "f", {}, inputs=1, skipped=0)
+    out = Terminal()
+    monkeypatch.setattr(sys, "stdout", out)
+    with pytest.raises(ValueError, match="the job's own"), progress_shown("normal", update):
+        time.sleep(1.5)  # one tick draws the line
+        raise ValueError("the job's own")
+    assert out.getvalue().startswith("\r\x1b[Kdocembed: progress 50%") and out.getvalue().endswith("\n")

@@ -60,6 +60,19 @@ def test_throughput_counts_this_runs_work_not_the_groups_an_earlier_run_finished
     assert success["throughput"] == {"docs_per_s": 1.0, "chunks_per_s": 2.0, "tokens_per_s": 400.0}
 
 
+def test_the_progress_lines_rates_are_this_runs_work_not_the_groups_an_earlier_run_finished():
+    lines = []
+    progress = ProgressLine(clock=lambda: 110.0, emit=lines.append, started=100.0)
+    report = RunReport("m", "f", {}, inputs=30, skipped=0)
+    group = {"docs_ok": 9, "docs_failed": 1, "chunks": 20, "tokens": 4000, "error_types": "{}"}
+    report.add_summaries([group, group], resumed=True)
+    progress.update(report, 0.5, force=True)
+    assert "20 docs (2 failed), 8000 tokens; 0.0 docs/s, 0 tokens/s;" in lines[-1]
+    report.add_summaries([group])
+    progress.update(report, 0.75, force=True)
+    assert "30 docs (3 failed), 12000 tokens; 1.0 docs/s, 400 tokens/s;" in lines[-1]
+
+
 def test_the_report_says_what_each_encoder_ran_and_the_summary_each_setting_once():
     ran = {
         "dtype": "bfloat16",
