@@ -141,6 +141,11 @@ class Recorder:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def listing(self) -> bool:
+        """Whether the listing is still being recorded: until it ends, more groups may come."""
+        return self._thread.is_alive()
+
     def join(self) -> None:
         """Waits for the whole listing to be recorded; raises what stopped it."""
         self._thread.join()

@@ -66,7 +66,7 @@ CHUNK_BATCH = 16
 ENCODE_CALL_BATCHES = 16
 
 
-def encode_call_rows(placement: EncoderPlacement, encoder: EncoderConfig) -> int:
+def encode_call_packs(placement: EncoderPlacement, encoder: EncoderConfig) -> int:
     """Packs per encoder call: ENCODE_CALL_BATCHES batches at full length on the actor's devices, as a pack
     is about one window of tokens (pipeline.encode.packs), whatever the chunks' lengths."""
     per_device = encoder.batch_size or DEFAULT_BATCH_SIZE[placement.kind]
@@ -88,7 +88,7 @@ class JobGraph:
     def dataset(self, source: RecordedInputs) -> ray.data.Dataset:
         """The Ray Data graph over the recorded listing: summary rows of committed parts come out of it."""
         cfg, placement, record = self.cfg, self.placement, self.record
-        call_packs = encode_call_rows(placement, cfg.encoder)
+        call_packs = encode_call_packs(placement, cfg.encoder)
         # Small input blocks, never mixing groups, so extraction spreads over workers; a
         # shard is one block that streams out many. The read asks for no CPU (see feed.py).
         return (
@@ -296,7 +296,7 @@ def _run_on_ray(
     graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))
     # A pack is about one window of tokens and holds the chunks of one chunk-stage call, so at most CHUNK_BATCH
     # files.
-    call_packs = encode_call_rows(placement, cfg.encoder)
+    call_packs = encode_call_packs(placement, cfg.encoder)
     window = Window(call_packs * chunking.max_tokens, call_packs * CHUNK_BATCH, placement.actors, cfg.group_size)
     # Until a group commits, a PDF is taken to fill at least one pack (a window of tokens; a page of prose is
     # about two): the most files a call may hold would let 6,144 PDFs into the stages before the first commit.
@@ -309,10 +309,10 @@ def _run_on_ray(
             recorder.start()
 
             def update(line: ProgressLine, final: bool) -> None:
-                line.update(report, ledger.done / max(1, ledger.done + ledger.todo), force=final)
+                line.update(report, ledger.done, ledger.todo, listing=recorder.listing, force=final)
 
-            stages = lambda: ray.get(coordinator.stages.remote())  # noqa: E731
-            with progress_shown(cfg.verbosity, update, started=started, stages=stages):
+            fetch_stages = lambda: ray.get(coordinator.stages.remote())  # noqa: E731
+            with progress_shown(cfg.verbosity, update, started=started, stages=fetch_stages):
                 _run_groups(graph.dataset(source), report, ledger, recorder, window, still_held)
         encoders, stages = ray.get([coordinator.encoders.remote(), coordinator.stages.remote()])
     finally:

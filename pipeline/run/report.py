@@ -75,7 +75,7 @@ class RunReport:
             self.error_types.update(json.loads(row["error_types"]))
             if resumed:
                 docs = row["docs_ok"] + row["docs_failed"]
-                self.resumed.update(docs=docs, chunks=row["chunks"], tokens=row["tokens"])
+                self.resumed.update(groups=1, docs=docs, chunks=row["chunks"], tokens=row["tokens"])
 
     def finish(self, wall_seconds: float, encoders: dict[str, EncoderTotals], stages: StageTable) -> None:
         self.wall_seconds = wall_seconds
@@ -199,9 +199,10 @@ class ProgressLine:
 
     Ray Data's own progress shows each operator; this line says what the job as
     a whole has done: documents and tokens per second, errors so far, an ETA
-    from the fraction of the work that is finished, and how busy each stage is.
-    On a resumed run the rates are this run's own; the ETA is not: the fraction
-    counts the groups an earlier run finished, and does not say how many those are.
+    from the share of this run's groups that is finished, and how busy each
+    stage is. On a resumed run the rates and the ETA are this run's own: the
+    groups an earlier run finished are counted in the progress only. While
+    the listing goes on, the groups still to come are not known, nor the ETA.
     `stages` fetches the run's StageTable so far (only when a line is due).
     """
 
@@ -210,7 +211,8 @@ class ProgressLine:
         self.last = clock()
         self.started = self.last if started is None else started
 
-    def update(self, report: RunReport, done_fraction: float, *, force: bool = False) -> None:
+    def update(self, report: RunReport, done: int, todo: int, *, listing: bool = False, force: bool = False) -> None:
+        """`done` groups are committed (resumed ones too), `todo` recorded ones not yet; `listing`: more may come."""
         now = self.clock()
         if not force and now - self.last < self.every_s:
             return
@@ -220,11 +222,13 @@ class ProgressLine:
         # The rates are this run's own work, as in `RunReport.to_json`: not what an earlier run of the output did.
         docs_per_s = (docs - report.resumed["docs"]) / elapsed
         tokens_per_s = (report.tokens - report.resumed["tokens"]) / elapsed
+        mine = done - report.resumed["groups"]
         eta = "unknown"
-        if 0 < done_fraction < 1:
-            eta = f"{elapsed * (1 - done_fraction) / done_fraction:.0f}s"
-        elif done_fraction >= 1:
+        if not listing and todo == 0:
             eta = "0s"
+        elif not listing and mine > 0:
+            eta = f"{elapsed * todo / mine:.0f}s"
+        done_fraction = done / max(1, done + todo)
         line = (
             f"docembed: progress {done_fraction:.0%}: {docs} docs ({report.docs_failed} failed), "
             f"{report.tokens} tokens; "

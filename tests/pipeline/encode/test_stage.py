@@ -30,7 +30,7 @@ def test_an_encoder_runs_the_drivers_float32_on_any_cpu(cpu_flags):
 
 
 def test_a_call_of_packs_embeds_each_chunk_once_errors_null_and_pads_little():
-    """128 packs of 17-token notes, as the job hands a call (`encode_call_rows` on a 2-core CPU): one row out
+    """128 packs of 17-token notes, as the job hands a call (`encode_call_packs` on a 2-core CPU): one row out
     per chunk, null embeddings on error rows, and the notes fill the encoder's rows, where 128 chunk rows of
     the same notes were one full batch and a padded tail (BENCHMARKS.md: 84.6% of tokens real)."""
     notes = tiny_notes(2048)

@@ -156,7 +156,7 @@ def test_a_failing_final_tick_neither_replaces_the_jobs_error_nor_leaves_the_liv
     def update(line, final: bool) -> None:
         if final:
             raise RuntimeError("the tally is gone")
-        line.update(report, 0.5, force=True)
+        line.update(report, 1, 1, force=True)
 
     report = RunReport("m", "f", {}, inputs=1, skipped=0)
     out = Terminal()

@@ -24,7 +24,7 @@ from pipeline.encode.placement import place_encoders
 from pipeline.errors import ConfigError, OutputError
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
-from pipeline.run.job import ENCODE_CALL_BATCHES, encode_call_rows
+from pipeline.run.job import ENCODE_CALL_BATCHES, encode_call_packs
 
 from support import (
     REPO,
@@ -397,12 +397,12 @@ def test_encoder_calls_hold_a_fixed_number_of_full_batches():
     nodes = [{"Alive": True, "Resources": {"CPU": 240, "TPU": 4}}]
     tpu = place_encoders("tpu", nodes, cpu_actors=None, cpu_per_actor=1)
     cpu = place_encoders("cpu", nodes, cpu_actors=None, cpu_per_actor=1)
-    assert encode_call_rows(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
+    assert encode_call_packs(tpu, EncoderConfig()) == ENCODE_CALL_BATCHES * 64 * 4  # 64 rows per chip, 4 chips
     # A CPU actor alone on its node has one device per core, up to MAX_CPU_DEVICES (unless XLA_FLAGS forces a count).
     devices = forced_cpu_devices() or MAX_CPU_DEVICES
     assert cpu.devices_per_actor == devices
-    assert encode_call_rows(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * DEFAULT_BATCH_SIZE["cpu"] * devices
-    assert encode_call_rows(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2 * devices
+    assert encode_call_packs(cpu, EncoderConfig()) == ENCODE_CALL_BATCHES * DEFAULT_BATCH_SIZE["cpu"] * devices
+    assert encode_call_packs(cpu, EncoderConfig(batch_size=2)) == ENCODE_CALL_BATCHES * 2 * devices
 
 
 RESTART_ARGS_PROBE = """

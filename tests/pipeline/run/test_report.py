@@ -12,12 +12,14 @@ def test_progress_line_is_periodic_and_estimates_the_rest():
     report = RunReport("m", "f", {}, inputs=10, skipped=0)
     report.add_summaries([{"docs_ok": 2, "docs_failed": 1, "chunks": 5, "tokens": 3000, "error_types": "{}"}])
     now[0] = 105.0
-    progress.update(report, 0.25)
+    progress.update(report, 1, 3)
     assert lines == []  # too soon
     now[0] = 120.0
-    progress.update(report, 0.25)
+    progress.update(report, 1, 3)
     assert lines == ["docembed: progress 25%: 3 docs (1 failed), 3000 tokens; 0.1 docs/s, 150 tokens/s; ETA 60s"]
-    progress.update(report, 1.0, force=True)
+    progress.update(report, 1, 3, listing=True, force=True)  # more groups to come: the rest is not known
+    assert lines[-1].endswith("ETA unknown")
+    progress.update(report, 4, 0, force=True)
     assert lines[-1].endswith("ETA 0s")
 
 
@@ -28,7 +30,7 @@ def test_progress_line_says_how_busy_each_stage_is():
     )
     lines = []
     progress = ProgressLine(clock=lambda: 110.0, emit=lines.append, started=100.0, stages=lambda: table)
-    progress.update(RunReport("m", "f", {}, inputs=1, skipped=0), 0.5, force=True)
+    progress.update(RunReport("m", "f", {}, inputs=1, skipped=0), 1, 1, force=True)
     assert lines[0].endswith("; stages busy: extract 50%, encode 90%; bottleneck encode")
 
 
@@ -66,11 +68,11 @@ def test_the_progress_lines_rates_are_this_runs_work_not_the_groups_an_earlier_r
     report = RunReport("m", "f", {}, inputs=30, skipped=0)
     group = {"docs_ok": 9, "docs_failed": 1, "chunks": 20, "tokens": 4000, "error_types": "{}"}
     report.add_summaries([group, group], resumed=True)
-    progress.update(report, 0.5, force=True)
-    assert "20 docs (2 failed), 8000 tokens; 0.0 docs/s, 0 tokens/s;" in lines[-1]
-    report.add_summaries([group])
-    progress.update(report, 0.75, force=True)
-    assert "30 docs (3 failed), 12000 tokens; 1.0 docs/s, 400 tokens/s;" in lines[-1]
+    progress.update(report, 2, 2, force=True)
+    assert "progress 50%: 20 docs (2 failed), 8000 tokens; 0.0 docs/s, 0 tokens/s; ETA unknown" in lines[-1]
+    report.add_summaries([group])  # this run's first group, 10 s in: 10 s for the one left
+    progress.update(report, 3, 1, force=True)
+    assert lines[-1].endswith("30 docs (3 failed), 12000 tokens; 1.0 docs/s, 400 tokens/s; ETA 10s")
 
 
 def test_the_report_says_what_each_encoder_ran_and_the_summary_each_setting_once():
