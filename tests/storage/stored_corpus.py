@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
+from pipeline.io.uris import doc_id_of
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
 
@@ -14,7 +16,8 @@ SHARD_DOCS = 8
 
 
 def note_name(i: int) -> str:
-    """One name holds a "#" and a space, as object keys may: "#" is no URI fragment in a doc_id."""
+    """One name holds a "#" and a space, as object keys may: its doc_id spells the "#" "%23" (`doc_id_of`), so
+    that it names no shard's row."""
     return f"note-{i:02d} #{i}.txt" if i == 5 else f"note-{i:02d}.txt"
 
 
@@ -36,7 +39,7 @@ def expected_docs(base: str) -> tuple[set[str], set[str]]:
     """(documents that embed, documents that fail) of `corpus` stored under `base`."""
     ok = {f"{base}/samples/pdf/{n}" for n in ("crazyones-pdfa.pdf", "google-doc-document.pdf", "pdflatex-4-pages.pdf")}
     ok |= {f"{base}/samples/text/{p.name}" for p in (SAMPLES / "text").iterdir()}
-    ok |= {f"{base}/notes/{note_name(i)}" for i in range(NOTES)}
+    ok |= {doc_id_of(f"{base}/notes/{note_name(i)}") for i in range(NOTES)}
     ok |= {f"{base}/shards/a.jsonl#a-{i}" for i in range(SHARD_DOCS)}
     ok |= {f"{base}/shards/b.jsonl.gz#b-{i}" for i in range(SHARD_DOCS)}
     ok |= {f"{base}/shards/c.parquet#{i}" for i in range(SHARD_DOCS)}
