@@ -44,7 +44,7 @@ from pipeline.output.groups import GroupCutter
 from pipeline.output.inputs import Record
 from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
-from pipeline.output.resume import clear_staging, held_alone, open_output
+from pipeline.output.resume import Resume, clear_staging, held_alone, open_output
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args, storage_failures_in_one_line
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
@@ -261,29 +261,12 @@ def _run_on_ray(
     still_held: Callable[[], None],
 ) -> RunReport | None:
     cfg, placement, fields, manifest = placed
-    # Only now, with every argument checked, is anything written.
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
-    state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
-    if state is None:
+    opened = _open(cfg, manifest, listing)
+    if opened is None:
         return None
+    state, ledger, pages = opened
     record = state.record
-    if state.done:
-        log.info(
-            "docembed: resuming %s: %d of %d recorded groups already done%s",
-            redact(cfg.output),
-            len(state.done),
-            len(record.groups),
-            "" if record.complete else " (the listing goes on after the recorded part)",
-        )
-    _say_recorded_group_size(record, cfg.group_size)
-    ledger = Ledger(cfg.output, state)
-    ledger.expect(record.groups)
-    if record.complete:
-        pages = None
-    elif record.last_uri is None:
-        pages = listing
-    else:  # the listing goes on after the part a stopped run recorded
-        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=own_files(tree(cfg.output)))
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
     coordinator = _on_this_node(RunCoordinator, name=coordinator_name)
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
@@ -327,6 +310,44 @@ def _run_on_ray(
     }
     report.startup = startup(started, marks, stages, encoders)
     report.finish(time.time() - started, encoders, stages)
+    _mark_done(cfg.output, report, ledger, state, manifest["fingerprint"], still_held)
+    return report
+
+
+def _open(
+    cfg: JobConfig, manifest: dict, listing: Iterator[Page]
+) -> tuple[Resume, Ledger, Iterator[Page] | None] | None:
+    """Opens the output (only now, with every argument checked, is anything written): what it holds, the ledger
+    that knows its recorded groups, and the listing's pages still to record (None: recorded whole). None when the
+    output holds this run finished."""
+    state = open_output(cfg.output, overwrite=cfg.overwrite, manifest=manifest)
+    if state is None:
+        return None
+    record = state.record
+    if state.done:
+        log.info(
+            "docembed: resuming %s: %d of %d recorded groups already done%s",
+            redact(cfg.output),
+            len(state.done),
+            len(record.groups),
+            "" if record.complete else " (the listing goes on after the recorded part)",
+        )
+    _say_recorded_group_size(record, cfg.group_size)
+    ledger = Ledger(cfg.output, state)
+    ledger.expect(record.groups)
+    if record.complete:
+        pages = None
+    elif record.last_uri is None:
+        pages = listing
+    else:  # the listing goes on after the part a stopped run recorded
+        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=own_files(tree(cfg.output)))
+    return state, ledger, pages
+
+
+def _mark_done(
+    output: str, report: RunReport, ledger: Ledger, state: Resume, fingerprint: str, still_held: Callable[[], None]
+) -> None:
+    """Writes `_SUCCESS` once every group is done, every document counted once, and the output still this run's."""
     ledger.finish()
     if report.docs_ok + report.docs_failed != ledger.documents:
         raise RuntimeError(
@@ -334,15 +355,14 @@ def _run_on_ray(
             "refusing to mark the output done"
         )
     success = report.to_json()
-    still_held()
     success["output"] = {
-        "fingerprint": manifest["fingerprint"],
+        "fingerprint": fingerprint,
         "documents": ledger.documents,
         "groups": ledger.done,
         "groups_resumed": len(state.done),
     }
-    sink.write_success(cfg.output, success)
-    return report
+    still_held()
+    sink.write_success(output, success)
 
 
 def _say_recorded_group_size(record: Record, group_size: int) -> None:
