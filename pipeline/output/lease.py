@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import socket
@@ -105,17 +106,22 @@ class Lease:
             "there"
         )
 
-    def release(self) -> None:
-        """Stops renewing and deletes the lease if it is still this run's. A lease left behind (storage down)
-        lapses: this host's next run finds its process gone. Nothing here may hide how the run ended."""
+    def release(self, *, delete: bool = True) -> None:
+        """Stops renewing and, where `delete`, deletes the lease if it is still this run's, trying each request
+        once. A lease left behind (`delete` False where storage is down, whose retries a delete would wait out)
+        lapses: this host's next run finds its process gone. Nothing here may hide how the run ended, nor hold
+        up its end."""
         self._stop.set()
         if self._beating.is_alive():
-            self._beating.join()
+            self._beating.join(timeout=self.timing.settle_s)  # one held up in storage's retries ends by itself
         _HELD_HERE.discard(self.mine["run"])
+        if not delete:
+            return
         try:
-            held = self._read()
-            if held is not None and held["run"] == self.mine["run"]:
-                storage.delete_file(self.fs, self.path)
+            with self.fs.open_input_stream(self.path) as f:
+                held = json.loads(f.read())
+            if held.get("run") == self.mine["run"]:
+                self.fs.delete_file(self.path)
         except Exception as e:
             log.debug("docembed: lease of %s left to lapse: %s", redact(self.output), e)
 
@@ -144,6 +150,8 @@ class Lease:
                 held = self._read()
                 if held is None or held["run"] != self.mine["run"]:
                     self.lost = f"another run ({_who(held)}) took it over" if held else "its lease was deleted"
+                    return
+                if self._stop.is_set():  # released while this renewal read: the lease may be gone already
                     return
                 self.mine["beat"] += 1
                 self._write()

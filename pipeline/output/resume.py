@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 
 import pyarrow.fs as pafs
 
-from pipeline.errors import OutputError
+from pipeline.errors import OutputError, StorageError
 from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
@@ -65,10 +65,14 @@ def held_alone(output: str, timing: LeaseTiming = LeaseTiming()) -> Iterator[Cal
         return
     lease = Lease(fs, root, output, timing)
     lease.take()
+    storage_down = False
     try:
         yield lease.check
+    except StorageError:
+        storage_down = True
+        raise
     finally:
-        lease.release()
+        lease.release(delete=not storage_down)
 
 
 @contextlib.contextmanager

@@ -159,6 +159,16 @@ def test_a_renewal_failing_otherwise_than_storage_stops_the_run_at_once(output, 
             still_held()
 
 
+def test_a_run_ended_by_storage_leaves_its_lease_to_lapse_and_this_hosts_next_run_takes_it_at_once(output):
+    with pytest.raises(StorageError), held_alone(output, FAST):
+        raise StorageError("cannot write: still failing after 3 attempts")  # a delete would wait out the retries
+    assert lease_of(output)["pid"] == os.getpid()
+    started = time.monotonic()
+    with held_alone(output, FAST):
+        pass
+    assert time.monotonic() - started < FAST.lapse_s and lease_of(output) is None
+
+
 def storage_down(*args):
     raise StorageError("cannot write: still failing after 3 attempts")
 
