@@ -47,7 +47,7 @@ class GroupCutter:
         self._waiting: list[pa.RecordBatch] = []  # entries not returned yet, in order
         self._ids: list[str | None] = []  # their groups; None for files of the unfinished run
         self._run: list[int] = []  # positions in _ids of the unfinished run's files
-        self._digest = _new_digest(salt)
+        self._members: list[str] = []  # and their URIs, which make its group's id
 
     def add(self, entries: pa.RecordBatch | pa.Table) -> pa.Table | None:
         """`entries` (uri, kind, size, in ascending URI order after every earlier one) -> ready entries, or None."""
@@ -58,7 +58,7 @@ class GroupCutter:
                 continue
             self._run.append(len(self._ids))
             self._ids.append(None)
-            _add_member(self._digest, uri)
+            self._members.append(uri)
             if len(self._run) == self.group_size:
                 self._close_run()
         ready = self._ids.index(None) if None in self._ids else len(self._ids)
@@ -70,11 +70,10 @@ class GroupCutter:
         return self._take(len(self._ids))
 
     def _close_run(self) -> None:
-        group = _group_of(self._digest)
+        group = _group_id(self._members, self.salt)
         for i in self._run:
             self._ids[i] = group
-        self._run = []
-        self._digest = _new_digest(self.salt)
+        self._run, self._members = [], []
 
     def _take(self, n: int) -> pa.Table | None:
         if n == 0:
@@ -110,25 +109,11 @@ def _with_groups(entries: pa.Table, ids: list[str]) -> pa.Table:
     return table.append_column("group_docs", pa.array(docs, pa.int32())).cast(INPUTS_SCHEMA)
 
 
-# A group's id, built member by member as the listing streams (`GroupCutter`) or at once (`_group_id`): one
-# spelling, as ids must stay the same run after run.
-def _new_digest(salt: str):
-    return hashlib.sha256(salt.encode())
-
-
-def _add_member(digest, uri: str) -> None:
-    digest.update(b"\0" + uri.encode())
-
-
-def _group_of(digest) -> str:
-    return digest.hexdigest()[:20]
-
-
 def _group_id(uris: list[str], salt: str) -> str:
-    digest = _new_digest(salt)
+    digest = hashlib.sha256(salt.encode())
     for uri in uris:
-        _add_member(digest, uri)
-    return _group_of(digest)
+        digest.update(b"\0" + uri.encode())
+    return digest.hexdigest()[:20]
 
 
 def work_blocks(recorded: pa.Table, plan: Callable[[dict], ShardPlan | None] | None = None) -> Iterator[pa.Table]:
