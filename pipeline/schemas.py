@@ -45,13 +45,9 @@ UNIT_FIELDS = [
 INPUTS_SCHEMA = pa.schema(
     [pa.field("uri", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())] + GROUP_FIELDS
 )
-# A work row's size is the file's as listed, so that the reader sees a file that changed since; its uri is what
-# is read, not the doc_id (`pipeline.io.uris.doc_id_of`).
-WORK_SCHEMA = pa.schema(
-    [pa.field("uri", pa.string()), pa.field("kind", pa.string()), pa.field("size", pa.int64())]
-    + GROUP_FIELDS
-    + UNIT_FIELDS
-)
+# A work row is a recorded input with its shard unit: its size is the file's as listed, so that the reader sees
+# a file that changed since; its uri is what is read, not the doc_id (`pipeline.io.uris.doc_id_of`).
+WORK_SCHEMA = pa.schema(list(INPUTS_SCHEMA) + UNIT_FIELDS)
 
 DOC_SCHEMA = pa.schema(
     [pa.field("doc_id", pa.string()), pa.field("kind", pa.string()), pa.field("pages", pa.list_(pa.string()))]

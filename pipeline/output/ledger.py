@@ -86,9 +86,11 @@ class Ledger:
         with self._lock:
             for summary in summaries:
                 outcome = self._add(summary)
-                if outcome is not _REPEAT:
-                    counted.append(summary)
-                    markers += [outcome] if outcome is not None else []
+                if outcome is _REPEAT:
+                    continue
+                counted.append(summary)
+                if outcome is not None:
+                    markers.append(outcome)
         return counted, markers
 
     def _add(self, summary: dict) -> dict | object | None:
