@@ -103,13 +103,13 @@ def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | Non
                 if recorded is not None and not same_run(recorded, manifest):  # not what this command asks
                     raise OutputError(mismatch(output, recorded, manifest, finished=True))
                 return None
-            _clear(fs, root)
-        elif overwrite:
+        if overwrite:
             _clear(fs, root)
         recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")
         if recorded is None:
-            _refuse_others(output, fs, root)
-            _clear(fs, root)  # empty folders a run made before its fingerprint
+            if not overwrite:
+                _refuse_others(output, fs, root)
+                _clear(fs, root)  # empty folders a run made before its fingerprint
             for name in ("", *OURS):
                 storage.makedirs(fs, f"{root}/{name}".rstrip("/"))
             storage.write_file(fs, f"{root}/{MANIFEST_FILE}", dumps(manifest), f"{root}/{STAGING_DIR}")

@@ -270,7 +270,7 @@ def _run_on_ray(
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
     coordinator = _on_this_node(RunCoordinator, name=coordinator_name)
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
-    report = RunReport.start(cfg, spec, chunking, extract, inputs=record.inputs, skipped=record.skipped)
+    report = RunReport.start(cfg, spec, chunking, extract)
     report.add_summaries(
         [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()],
         resumed=True,

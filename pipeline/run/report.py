@@ -21,8 +21,9 @@ class RunReport:
     model_id: str
     model_fingerprint: str
     config: dict
-    inputs: int
-    skipped: int
+    # The listing's counts, known when the listing has been recorded whole: set as the run ends.
+    inputs: int = 0
+    skipped: int = 0
     docs_ok: int = 0
     docs_failed: int = 0
     chunks: int = 0
@@ -47,9 +48,6 @@ class RunReport:
         spec: ModelSpec,
         chunking: ChunkingConfig,
         extract: ExtractConfig,
-        *,
-        inputs: int,
-        skipped: int,
     ) -> RunReport:
         """`extract` with its PDF extractor resolved: the name of the one that ran."""
         config = {
@@ -63,7 +61,7 @@ class RunReport:
             "encoder": dataclasses.asdict(cfg.encoder),
             "extract": dataclasses.asdict(extract),
         }
-        return cls(spec.model_id, spec.fingerprint, config, inputs, skipped)
+        return cls(spec.model_id, spec.fingerprint, config)
 
     def add_summaries(self, rows: list[dict], *, resumed: bool = False) -> None:
         """Committed groups' counts: this run's, or (`resumed`) those an earlier run of this output finished."""

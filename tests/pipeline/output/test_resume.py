@@ -1,5 +1,7 @@
-"""A run holds its local output alone: a second run is refused; a holder that dies leaves no lock."""
+"""Opening an output: a run holds a local one alone (a second is refused, a holder that dies leaves no lock);
+`--overwrite` clears what a run wrote, once, and files no fingerprint explains are refused without it."""
 
+import json
 import subprocess
 import sys
 import time
@@ -7,7 +9,9 @@ import time
 import pytest
 
 from pipeline.errors import OutputError
-from pipeline.output.resume import held_alone
+from pipeline.output import resume
+from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, SUCCESS_FILE
+from pipeline.output.resume import held_alone, open_output
 
 from support import REPO, SAMPLES
 
@@ -57,3 +61,41 @@ def test_the_cli_is_refused_in_one_line_while_another_process_holds_the_output_a
         holder.wait()
     with held_alone(str(out)):  # the kernel let go with the killed holder
         pass
+
+
+MANIFEST = {"fingerprint": "f1", "inputs": ["/in"]}
+real_clear = resume._clear
+
+
+def _finished_output(out) -> None:
+    """An output as a finished run leaves it, with a file of the user's beside its own."""
+    for name, text in [(SUCCESS_FILE, "{}"), (MANIFEST_FILE, json.dumps(MANIFEST)), ("notes.txt", "mine")]:
+        (out / name).write_text(text)
+    for folder in OURS:
+        (out / folder).mkdir()
+    (out / GROUPS_DIR / "stale.json").write_text("{}")
+
+
+def test_overwrite_of_a_finished_output_clears_what_a_run_wrote_once_and_keeps_the_rest(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    _finished_output(out)
+    assert open_output(str(out), overwrite=False, manifest=MANIFEST) is None
+    clears = []
+    monkeypatch.setattr(resume, "_clear", lambda fs, root: clears.append(root) or real_clear(fs, root))
+    state = open_output(str(out), overwrite=True, manifest=MANIFEST)
+    assert state is not None and not state.done and not state.record.groups
+    assert not (out / SUCCESS_FILE).exists() and not (out / GROUPS_DIR / "stale.json").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert json.loads((out / MANIFEST_FILE).read_text()) == MANIFEST
+    assert len(clears) == 1  # a clear lists every folder of a run's: on an object store, requests
+
+
+def test_a_run_refuses_files_in_its_folders_without_a_fingerprint_unless_told_to_overwrite(tmp_path):
+    out = tmp_path / "out"
+    (out / GROUPS_DIR).mkdir(parents=True)
+    (out / GROUPS_DIR / "someone-elses.json").write_text("{}")
+    with pytest.raises(OutputError, match=rf"holds {GROUPS_DIR}/ but no {MANIFEST_FILE}: not a docembed output"):
+        open_output(str(out), overwrite=False, manifest=MANIFEST)
+    assert open_output(str(out), overwrite=True, manifest=MANIFEST) is not None
+    assert not (out / GROUPS_DIR / "someone-elses.json").exists()
