@@ -96,7 +96,7 @@ $(DAFT_VENV)/.installed:
 	touch $@
 
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder peers dense int8_accuracy xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline daft_peer storage listing faults shards
+BENCHMARKS := attention encoder peers dense int8_accuracy xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline daft_peer storage listing faults shards compressed_shards
 bench: $(BENCH_VENV)/.installed $(FASTEMBED_VENV)/.installed $(DAFT_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 
@@ -107,7 +107,7 @@ bench-accel:
 
 bench-list:
 	@for b in $(BENCHMARKS); do printf 'bench/%-13s ' "$$b.py"; sed -n 's/^"""//p;q' bench/$$b.py; done
-	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), the Daft venv (daft_peer), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, xla_flags, extract, chunking, retrieval, pipeline, daft_peer)"
+	@echo "needs: the bench venv (sentence-transformers, PyTorch, ONNX Runtime, OpenVINO), the fastembed venv (peers), the Daft venv (daft_peer), ../shared/corpus for real PDFs (encoder, peers, xla_cpu, xla_flags, extract, chunking, retrieval, pipeline, daft_peer, compressed_shards), the gzip, zstd and bzip2 tools (compressed_shards)"
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) $(FASTEMBED_VENV) $(DAFT_VENV) out .pytest_cache

@@ -30,9 +30,7 @@ import argparse
 import dataclasses
 import datetime
 import pathlib
-import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -42,6 +40,8 @@ import numpy as np
 
 # Run as a script from anywhere: the repository root holds the `kernels` package.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from machine import cpu_description  # noqa: E402  (bench/machine.py)
 
 from kernels import encoders  # noqa: E402
 from kernels.compute_dtype import DTYPES, activation_dtype  # noqa: E402
@@ -117,17 +117,6 @@ CONFIGS = {
 MEMORY_BOUND = 1 / 4  # blockwise peak / reference peak at the largest window
 
 
-def cpu_name() -> str:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    except OSError:
-        return platform.processor()
-    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-    flags = set(fields.get("Flags", "").split())
-    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16") if f in flags]
-    return f"{fields.get('Model name', '?').strip()}, {fields.get('CPU(s)', '?').strip()} CPUs, {' '.join(isa)}"
-
-
 def rows(window: int, tokens: int):
     """ids, segments, positions for tokens // window full rows of one sequence each."""
     B = max(1, tokens // window)
@@ -183,7 +172,7 @@ def main() -> None:
     }
 
     print(
-        f"# bench/families.py, {datetime.date.today()}, {cpu_name()}, jax {jax.__version__}, "
+        f"# bench/families.py, {datetime.date.today()}, {cpu_description()}, jax {jax.__version__}, "
         f"{jax.devices()[0].platform} ({jax.devices()[0].device_kind}), {', '.join(dtypes)}, attention 'auto'"
     )
     models, calls = {}, {}

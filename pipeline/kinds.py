@@ -2,7 +2,9 @@
 
     .pdf                 'pdf'      one document, text per page (pipeline.extract)
     .txt, .md            'text'     one document (pipeline.extract)
-    .jsonl, .jsonl.gz    'jsonl'    a shard: one document per line (pipeline.io.shards)
+    .jsonl               'jsonl'    a shard: one document per line (pipeline.io.shards)
+    .jsonl or .json      'jsonl'    the same, compressed whole: gzip, zstd or bzip2
+      + .gz, .zst, .bz2             (`.json.gz` is how C4 and Dolma name their JSON Lines)
     .parquet             'parquet'  a shard: one document per row (pipeline.io.shards)
 
 Any other file is not an input: the listing skips it and counts it.
@@ -10,12 +12,14 @@ Any other file is not an input: the listing skips it and counts it.
 
 from __future__ import annotations
 
+# A whole file's compression, by its last suffix -> the codec's name in Arrow (pyarrow.Codec).
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".bz2": "bz2"}
 # Longest suffix first: ".jsonl.gz" before anything it ends with.
 SUFFIXES = (
     (".pdf", "pdf"),
     (".txt", "text"),
     (".md", "text"),
-    (".jsonl.gz", "jsonl"),
+    *((base + suffix, "jsonl") for base in (".jsonl", ".json") for suffix in COMPRESSIONS),
     (".jsonl", "jsonl"),
     (".parquet", "parquet"),
 )

@@ -2,7 +2,7 @@
 
 Inputs are local paths, `file://`, `s3://` or `gs://` URIs (see `pipeline.io.filesystems`):
 files, or directories and prefixes searched recursively. `.pdf`, `.txt` and `.md`
-files are one document each; `.jsonl`, `.jsonl.gz` and `.parquet` files are
+files are one document each; JSON Lines (`.jsonl`, or compressed: `pipeline.kinds`) and `.parquet` files are
 shards of many (see `pipeline.io.shards`). The driver only lists names and sizes
 here; document bytes are read by the workers.
 

@@ -1,7 +1,9 @@
-"""Shards: files of many documents (`.jsonl`, `.jsonl.gz`, `.parquet`), streamed row by row.
+"""Shards: files of many documents (JSON Lines, compressed or not, and Parquet), streamed row by row.
 
-A jsonl shard holds one JSON object per line; a Parquet shard one row per
-document. Each names its document's id and text in fields (`id` and `text` by
+A jsonl shard holds one JSON object per line, in a file named `.jsonl`, or
+compressed whole as `.jsonl.gz`, `.jsonl.zst` or `.jsonl.bz2` (and `.json.gz`,
+`.json.zst`, as C4 and Dolma name their JSON Lines); a Parquet shard holds one
+row per document. Each names its document's id and text in fields (`id` and `text` by
 default, `ShardFields` to change). A row becomes a document whose doc_id is
 `URI#id`, URI being the shard's own doc_id (`pipeline.io.uris.doc_id_of`: a "#"
 in its name is "%23", so the first "#" starts the id). Rows are read in buffered
@@ -10,13 +12,13 @@ one block of documents of memory, never the whole shard.
 
 A row that cannot be a document (not JSON, no id, no text) becomes an error row
 of its own; a shard that cannot be read at all (not Parquet, missing columns,
-a corrupt gzip stream, no rows) becomes one error row with the shard's doc_id,
+a corrupt compressed stream, no rows) becomes one error row with the shard's doc_id,
 after any documents read before the damage. Storage failures are not the
 shard's fault: they raise `StorageError` and stop the job.
 
 Big shards are read in units that extraction workers share (`plan_units`):
 a Parquet shard by runs of row groups, an uncompressed jsonl shard by byte
-ranges that start at line starts; a `.jsonl.gz` stream cannot be entered in
+ranges that start at line starts; a compressed stream cannot be entered in
 the middle and stays one unit. Units are cut from the file alone, so a rerun
 cuts the same ones. The plan also counts the shard's documents, so that the
 job knows up front how many rows its units give in all.
@@ -28,7 +30,7 @@ reason an id of that positional form names only its own row: `line:7` is a
 document's id on line 7 of a jsonl shard and a `ReservedId` error anywhere
 else, as an error row of line 7 would have that doc_id too. A shard read
 as one unit finds repeats as it reads (holding the ids it has seen: for a big
-`.jsonl.gz` that is the memory its ids take). A shard cut into units cannot see
+compressed shard that is the memory its ids take). A shard cut into units cannot see
 the other units' ids, so `plan_units` reads its id column once beforehand (a
 pass over the whole file for jsonl, the id column alone for Parquet) and gives
 each unit the positions of the repeats that fall in it.
@@ -37,11 +39,9 @@ each unit the positions of the repeats that fall in it.
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import io
 import json
 import re
-import zlib
 from collections.abc import Iterator
 
 import numpy as np
@@ -54,6 +54,7 @@ from pipeline.errors import ShardError, StorageError
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import NOT_FOUND, retrying
 from pipeline.io.uris import doc_id_of
+from pipeline.kinds import COMPRESSIONS
 from pipeline.schemas import error_row, is_utf8
 
 READ_BUFFER = 1 << 20  # bytes per ranged read of a shard
@@ -63,6 +64,8 @@ PARQUET_BATCH_BYTES = 16 << 20  # and about this many bytes of them, by the row 
 # to minutes, and a shard this size or smaller is one unit.
 UNIT_BYTES = 64 << 20
 ID_BATCH = 1 << 16  # ids gathered into one Arrow chunk while looking for repeats
+# Each codec's first bytes, to say what a file not named for its compression holds.
+_MAGIC = {b"\x1f\x8b": ".gz", b"\x28\xb5\x2f\xfd": ".zst", b"BZh": ".bz2"}
 # A JSON escape in the surrogate range: json.loads makes a lone one a str that no UTF-8 encoder (Arrow's) takes.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -100,9 +103,15 @@ def _error(doc_id: str, error_type: str, message: str, stage: str = "read") -> d
     return error_row({"doc_id": doc_id}, stage, error_type, message)
 
 
+def compression_of(uri: str) -> str | None:
+    """The codec a shard is compressed with, by its name ('gzip', 'zstd', 'bz2'), or None."""
+    lower = uri.lower()
+    return next((codec for suffix, codec in COMPRESSIONS.items() if lower.endswith(suffix)), None)
+
+
 def may_split(uri: str, size: int, unit_bytes: int = UNIT_BYTES) -> bool:
-    """Whether a shard is big enough, and not gzip, so that `plan_units` may cut it into units."""
-    return size > unit_bytes and not uri.lower().endswith(".gz")
+    """Whether a shard is big enough, and not compressed, so that `plan_units` may cut it into units."""
+    return size > unit_bytes and compression_of(uri) is None
 
 
 def plan_units(
@@ -110,7 +119,7 @@ def plan_units(
 ) -> ShardPlan | None:
     """The units a big shard is read in, with each unit's repeated ids; None: read it as one unit.
 
-    One unit when the shard is small, gzip-compressed, a single row group, or
+    One unit when the shard is small, compressed, a single row group, or
     cannot be read whole (its reader then reports the damage as it does today).
     Units hold about `unit_bytes` of the file each.
     """
@@ -300,16 +309,19 @@ def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple
     """(line number, line) of the unit's lines: those starting in bytes [start, stop)."""
     raw.seek(unit.start)
     stream = io.BufferedReader(raw, READ_BUFFER)
-    if uri.lower().endswith(".gz"):
-        stream = gzip.GzipFile(fileobj=stream, mode="rb")
-    elif unit.start == 0:
-        _check_start(stream.peek(4)[:4])
+    codec = compression_of(uri)
+    if codec is not None:  # Arrow's codecs: one path for the three, no other package, gzip at the gzip module's rate
+        stream = io.BufferedReader(pa.CompressedInputStream(pa.PythonFile(stream, mode="r"), codec), READ_BUFFER)
     line_no, offset = unit.first, unit.start
+    if unit.start == 0:
+        _check_start(_peek(stream, codec), compressed=codec is not None)
     while unit.stop is None or offset < unit.stop:
         try:
             line = stream.readline()
-        except (gzip.BadGzipFile, EOFError, zlib.error) as e:  # storage failures are StorageError: not caught
-            raise ShardError("CorruptShard", f"unreadable gzip stream at line {line_no + 1}: {e}") from None
+        except OSError as e:
+            if _is_storage(e):
+                raise
+            raise ShardError("CorruptShard", f"unreadable {codec} stream at line {line_no + 1}: {e}") from None
         if not line:
             return
         line_no += 1
@@ -317,12 +329,25 @@ def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple
         yield line_no, line
 
 
-def _check_start(head: bytes) -> None:
+def _peek(stream: io.BufferedReader, codec: str | None) -> bytes:
+    """The stream's first bytes, without consuming them."""
+    try:
+        return stream.peek(64)[:64]
+    except OSError as e:
+        if _is_storage(e):
+            raise
+        raise ShardError("CorruptShard", f"unreadable {codec} stream at its start: {e}") from None
+
+
+def _check_start(head: bytes, compressed: bool) -> None:
     """Refuses a shard whose first bytes say it is not UTF-8 JSON Lines: each of its lines would be an error."""
-    if head.startswith(b"\x1f\x8b"):
-        raise ShardError("CorruptShard", "gzip data in a file not named .gz: name it .jsonl.gz")
+    suffix = next((suffix for magic, suffix in _MAGIC.items() if head.startswith(magic)), None)
+    if suffix is not None and not compressed:
+        raise ShardError("CorruptShard", f"{suffix} data in a file not named {suffix}: name it .jsonl{suffix}")
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(head) > 1 and 0 in head[:2]):
         raise ShardError("BadShard", "UTF-16 or UTF-32 text: JSON Lines is UTF-8")
+    if head.lstrip()[:1] == b"[":
+        raise ShardError("BadShard", "a JSON array, not JSON Lines: write one object per line")
 
 
 def _jsonl_record(line: bytes, where: str, fields: ShardFields) -> dict:

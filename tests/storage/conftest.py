@@ -76,7 +76,7 @@ def servers():
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
-    """PDFs (one encrypted), texts, broken files, and jsonl, jsonl.gz and parquet shards with bad rows."""
+    """PDFs (one encrypted), texts, broken files, and jsonl (plain, gzip, zstd) and parquet shards with bad rows."""
     root = tmp_path_factory.mktemp("storage-corpus") / "corpus"
     shutil.copytree(SAMPLES, root / "samples")
     (root / "bad").mkdir()
@@ -93,6 +93,8 @@ def corpus(tmp_path_factory) -> Path:
     (shards / "a.jsonl").write_text("\n".join(lines) + "\n")
     with gzip.open(shards / "b.jsonl.gz", "wt") as f:
         f.write("\n".join(json.dumps(r) for r in shard_rows("b")) + "\n")
+    with pa.CompressedOutputStream(str(shards / "d.jsonl.zst"), "zstd") as f:
+        f.write(("\n".join(json.dumps(r) for r in shard_rows("d")) + "\n").encode())
     rows = shard_rows("c")
     pq.write_table(pa.table({"id": list(range(len(rows))), "text": [r["text"] for r in rows]}), shards / "c.parquet")
     return root

@@ -43,6 +43,7 @@ def expected_docs(base: str) -> tuple[set[str], set[str]]:
     ok |= {f"{base}/shards/a.jsonl#a-{i}" for i in range(SHARD_DOCS)}
     ok |= {f"{base}/shards/b.jsonl.gz#b-{i}" for i in range(SHARD_DOCS)}
     ok |= {f"{base}/shards/c.parquet#{i}" for i in range(SHARD_DOCS)}
+    ok |= {f"{base}/shards/d.jsonl.zst#d-{i}" for i in range(SHARD_DOCS)}
     failed = {
         f"{base}/samples/pdf/libreoffice-writer-password.pdf",
         f"{base}/bad/truncated.pdf",

@@ -77,10 +77,10 @@ def check_output(output: str, base: str, reference, corpus) -> None:
 def test_object_store_job_end_to_end(stores, scheme):
     base, output = f"{scheme}://jobs-in/corpus", f"{scheme}://jobs-out/run"
     report = run_job(JobConfig(inputs=(base,), output=output, overlap=16, group_size=GROUP))
-    assert report.inputs == 23 + 3 and report.skipped == 1  # 23 single documents, 3 shards; NOTICE skipped
+    assert report.inputs == 23 + 4 and report.skipped == 1  # 23 single documents, 4 shards; NOTICE skipped
     check_output(output, base, stores["reference"], stores["corpus"])
     success = read_report(output)
-    assert success["output"]["groups"] == 6 + 3 and success["output"]["groups_resumed"] == 0
+    assert success["output"]["groups"] == 6 + 4 and success["output"]["groups_resumed"] == 0
     fs, root = filesystem_for(output)
     part = next(i.path for i in list_files(fs, f"{root}/embeddings"))
     metadata = pq.read_schema(part, filesystem=fs).metadata

@@ -1,7 +1,9 @@
-"""Shard readers: rows and bad records of jsonl, gzip and Parquet shards, streamed rather than loaded."""
+"""Shard readers: rows and bad records of jsonl (plain, gzip, zstd, bzip2) and Parquet shards, streamed rather
+than loaded."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import itertools
 import json
@@ -10,8 +12,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.errors import StorageError
 from pipeline.io import shards
 from pipeline.io.shards import ShardFields, iter_shard
+
+from support import REPO
+
+# Five rows in two zstd frames, as the zstd command-line tool wrote them (`zstd -19`, then `zstd >>`):
+# {"id": "z0", "text": "zstd row 0"} ... {"id": "z4", ...}.
+ZSTD_SHARD = REPO / "tests" / "fixtures" / "shards" / "rows.jsonl.zst"
+ROWS = b"".join(json.dumps({"id": f"z{i}", "text": f"zstd row {i}"}).encode() + b"\n" for i in range(5))
+
+
+def _compressed(suffix: str, data: bytes) -> bytes:
+    """`data` as each codec's usual writer makes it: Python's gzip (two members) and bz2, the zstd tool."""
+    if suffix.endswith(".gz"):
+        return gzip.compress(data[:40]) + gzip.compress(data[40:])
+    if suffix.endswith(".bz2"):
+        return bz2.compress(data)
+    assert data == ROWS, "the zstd shard is a fixture of ROWS"
+    return ZSTD_SHARD.read_bytes()
 
 
 def test_jsonl_shard_rows_and_bad_records(tmp_path):
@@ -45,16 +65,39 @@ def test_jsonl_shard_rows_and_bad_records(tmp_path):
     assert rows[0]["pages"] == ["first"]
 
 
-def test_gzip_and_parquet_shards_and_broken_ones(tmp_path):
-    with gzip.open(tmp_path / "a.jsonl.gz", "wt") as f:
-        f.write("\n".join(json.dumps({"id": i, "text": f"t{i}"}) for i in range(5)))
-    assert len([r for r in iter_shard(str(tmp_path / "a.jsonl.gz"), "jsonl") if "pages" in r]) == 5
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".json.gz", ".jsonl.bz2", ".JSONL.ZST"])
+def test_compressed_jsonl_shards_read_whole_and_a_cut_one_keeps_the_rows_before_the_damage(tmp_path, suffix):
+    data = _compressed(suffix, ROWS)
+    (tmp_path / f"a{suffix}").write_bytes(data)
+    rows = list(iter_shard(str(tmp_path / f"a{suffix}"), "jsonl"))
+    assert [(r["doc_id"], r["pages"]) for r in rows] == [
+        (f"{tmp_path}/a{suffix}#z{i}", [f"zstd row {i}"]) for i in range(5)
+    ]
+    assert shards.plan_units(str(tmp_path / f"a{suffix}"), "jsonl", 10**12, unit_bytes=10) is None
 
-    data = (tmp_path / "a.jsonl.gz").read_bytes()
-    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) - 12])
-    rows = list(iter_shard(str(tmp_path / "cut.jsonl.gz"), "jsonl"))
-    assert rows[-1]["doc_id"] == str(tmp_path / "cut.jsonl.gz") and rows[-1]["error_type"] == "CorruptShard"
+    (tmp_path / f"cut{suffix}").write_bytes(data[: len(data) - 12])
+    *before, last = iter_shard(str(tmp_path / f"cut{suffix}"), "jsonl")
+    assert last["doc_id"] == str(tmp_path / f"cut{suffix}") and last["error_type"] == "CorruptShard"
+    assert last["error_message"].startswith(f"unreadable {shards.compression_of(suffix)} stream at ")
+    assert [r["doc_id"] for r in before] == [f"{tmp_path}/cut{suffix}#z{i}" for i in range(len(before))]
 
+
+def test_a_storage_failure_inside_a_compressed_shard_stops_the_job_and_is_no_corrupt_shard(tmp_path, monkeypatch):
+    (tmp_path / "a.jsonl.zst").write_bytes(ZSTD_SHARD.read_bytes())
+    read = shards._RangeReader.readinto
+
+    def fails_after_the_first_range(self, buffer):
+        if self.tell():
+            raise StorageError("cannot read it: the store is down")
+        return read(self, buffer)
+
+    monkeypatch.setattr(shards, "READ_BUFFER", 16)
+    monkeypatch.setattr(shards._RangeReader, "readinto", fails_after_the_first_range)
+    with pytest.raises(StorageError, match="the store is down"):
+        list(iter_shard(str(tmp_path / "a.jsonl.zst"), "jsonl"))
+
+
+def test_parquet_shards_and_broken_ones(tmp_path):
     pq.write_table(pa.table({"key": ["x", None], "body": ["text x", "text y"]}), tmp_path / "p.parquet")
     rows = list(iter_shard(str(tmp_path / "p.parquet"), "parquet", ShardFields(id="key", text="body")))
     assert [(r["doc_id"].split("#")[1], r.get("error_type")) for r in rows] == [("x", None), ("row:1", "MissingId")]
@@ -177,11 +220,8 @@ def test_a_shard_cut_into_units_reads_as_the_whole_shard_does_repeats_across_uni
     assert sum(len(u.repeats) for u in plan.units) == 4
 
 
-def test_a_gzip_or_small_shard_is_one_unit(tmp_path):
+def test_a_small_shard_is_one_unit(tmp_path):
     uri = write_shard(tmp_path, "jsonl")
-    with open(uri, "rb") as f, gzip.open(tmp_path / "dups.jsonl.gz", "wb") as g:
-        g.write(f.read())
-    assert shards.plan_units(str(tmp_path / "dups.jsonl.gz"), "jsonl", 10**12, unit_bytes=150) is None
     assert shards.plan_units(uri, "jsonl", 100, unit_bytes=150) is None
 
 
@@ -242,15 +282,30 @@ def test_parquet_id_and_text_from_one_column_and_binary_columns(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "data, error",
+    "name, data, error",
     [
-        (gzip.compress(b'{"id": 1, "text": "a"}\n' * 50), "CorruptShard"),
-        ('{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}\n'.encode("utf-16"), "BadShard"),
-        ('{"id": 1, "text": "a"}\n'.encode("utf-32-le"), "BadShard"),
+        ("s.jsonl", gzip.compress(ROWS), "CorruptShard: .gz data in a file not named .gz: name it .jsonl.gz"),
+        ("s.jsonl", ZSTD_SHARD.read_bytes(), "CorruptShard: .zst data in a file not named .zst: name it .jsonl.zst"),
+        ("s.jsonl", bz2.compress(ROWS), "CorruptShard: .bz2 data in a file not named .bz2: name it .jsonl.bz2"),
+        ("s.jsonl.zst", gzip.compress(ROWS), "CorruptShard: unreadable zstd stream at its start: "),
+        ("s.jsonl", '{"id": 1, "text": "a"}\n{"id": 2, "text": "b"}\n'.encode("utf-16"), "BadShard: UTF-16 or "),
+        ("s.jsonl", '{"id": 1, "text": "a"}\n'.encode("utf-32-le"), "BadShard: UTF-16 or UTF-32 text"),
+        ("s.jsonl.gz", gzip.compress("{}".encode("utf-16")), "BadShard: UTF-16 or UTF-32 text"),
+        ("s.json.gz", gzip.compress(b' \n[{"id": 1, "text": "a"},\n {"id": 2}]'), "BadShard: a JSON array, not"),
     ],
-    ids=["gzip-named-jsonl", "utf-16", "utf-32"],
+    ids=[
+        "gzip-named-jsonl",
+        "zstd-named-jsonl",
+        "bzip2-named-jsonl",
+        "gzip-named-zst",
+        "utf-16",
+        "utf-32",
+        "utf-16-in-gzip",
+        "json-array",
+    ],
 )
-def test_a_jsonl_shard_that_is_not_utf8_text_is_one_error_row(tmp_path, data, error):
-    (tmp_path / "s.jsonl").write_bytes(data)
-    (row,) = iter_shard(str(tmp_path / "s.jsonl"), "jsonl")
-    assert row["doc_id"] == str(tmp_path / "s.jsonl") and row["error_type"] == error
+def test_a_jsonl_shard_that_is_not_utf8_json_lines_is_one_error_row(tmp_path, name, data, error):
+    (tmp_path / name).write_bytes(data)
+    (row,) = iter_shard(str(tmp_path / name), "jsonl")
+    assert row["doc_id"] == str(tmp_path / name)
+    assert f"{row['error_type']}: {row['error_message']}".startswith(error)
