@@ -283,7 +283,10 @@ def _projection(path: Path, folder: str) -> Projection:
                 f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "
                 f"read (it has no torch): convert them to {WEIGHTS_FILE}, e.g. with safetensors.torch.save_file"
             )
-        raise ModelError(f"{where} has no {WEIGHTS_FILE}")
+        # A hub download fetches no pytorch_model.bin (pipeline.encode.hub.FILES): it may be one of those.
+        raise ModelError(
+            f"{where} has no {WEIGHTS_FILE} (docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE})"
+        )
     activation = PROJECTION_ACTIVATIONS[name]
     return Projection(folder, **sizes, bias=bias, activation=activation, weights_sha256=_sha256(weights))
 
