@@ -58,6 +58,17 @@ CONFIGS = {
         "max_position_embeddings": 512,
         "hidden_act": "gelu",
     },
+    "distilbert (msmarco-distilbert-base-v4)": {
+        "model_type": "distilbert",
+        "vocab_size": 30522,
+        "dim": 768,
+        "n_layers": 6,
+        "n_heads": 12,
+        "hidden_dim": 3072,
+        "max_position_embeddings": 512,
+        "activation": "gelu",
+        "sinusoidal_pos_embds": False,
+    },
     # bge-m3 is XLM-RoBERTa large (1024 x 24); base dims with its 8,194 positions keep the rounds short.
     "xlm-roberta (base, bge-m3's positions)": {
         "model_type": "xlm-roberta",

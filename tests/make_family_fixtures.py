@@ -1,7 +1,7 @@
 """Regenerates tests/fixtures/families/: tiny random-weight encoders of every family, with the
 hidden states and sentence embeddings transformers computes for them.
 
-Each model is built with transformers' own class (BertModel, XLMRobertaModel,
+Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel,
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model
 prefix), given larger-than-default random weights so that attention is peaked
 and RoPE, windows and norms all show in the output, and saved as a
@@ -11,8 +11,12 @@ Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
 sentence_bert_config.json, and for one model config_sentence_transformers.json
 with prompts. Beside each directory, NAME.npz holds the texts, their token ids,
 transformers' last hidden states (float32, each text run alone, unpadded) and
-the pooled embeddings that sentence-transformers' Pooling (and Normalize) make
-of them.
+the pooled embeddings that sentence-transformers' Pooling (and Dense, and Normalize) make
+of them. One model has Dense modules after its Pooling (2_Dense/, 3_Dense/: config.json
+and model.safetensors, written by sentence-transformers' own Dense) and a
+tokenizer_config.json naming DistilBertTokenizer; its NAME.npz also holds
+`st_encoded`, what sentence-transformers' encode() makes of the texts from the
+saved directory, all texts in one padded batch.
 
 Two families come as the hub publishes them, not as transformers saves them,
 and are written here from transformers' weights by the renaming that
@@ -30,7 +34,7 @@ global/local_rope_theta) and current transformers' (layer_types, rope_parameters
 Needs torch and transformers (`.venv-bench`, see the Makefile); the project and
 its tests do not: the fixtures are committed and the tests only read them.
 
-    .venv-bench/bin/python tests/make_family_fixtures.py
+    .venv-bench/bin/python tests/make_family_fixtures.py [NAME ...]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -141,6 +146,9 @@ class Fixture:
     rewrite: Callable[[Path, torch.nn.Module], None] | None = None
     max_shard_size: str | None = None
     prompts: dict[str, str] | None = None
+    # sentence-transformers Dense modules after the Pooling, in order: (out_features, bias, activation).
+    dense: tuple[tuple[int, bool, torch.nn.Module], ...] = ()
+    tokenizer_config: dict | None = None
 
 
 def _vocab(tokenizer: str) -> dict:
@@ -360,6 +368,42 @@ def fixtures() -> list[Fixture]:
             False,
         ),
         Fixture(
+            "distilbert-mlm-prefix",
+            _base(
+                T.DistilBertForMaskedLM,
+                T.DistilBertConfig(
+                    **wp, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=MAX_SEQ_LENGTH
+                ),
+                11,
+                "distilbert",
+            ),
+            "wordpiece",
+            "mean",
+            True,
+        ),
+        Fixture(
+            "distilbert-dense",
+            _base(
+                T.DistilBertModel,
+                T.DistilBertConfig(
+                    **wp,
+                    dim=48,
+                    n_layers=3,
+                    n_heads=6,
+                    hidden_dim=80,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 16,
+                    activation="relu",
+                ),
+                12,
+            ),
+            "wordpiece",
+            "mean",
+            True,
+            # distiluse's Tanh projection, then one without bias or activation.
+            dense=((40, True, torch.nn.Tanh()), (24, False, torch.nn.Identity())),
+            tokenizer_config={"tokenizer_class": "DistilBertTokenizer", "do_lower_case": True},
+        ),
+        Fixture(
             "xlm-roberta-sharded",
             _base(
                 T.XLMRobertaModel,
@@ -544,13 +588,22 @@ def fixtures() -> list[Fixture]:
 TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer()}
 
 
-def sentence_transformers_files(path: Path, fx: Fixture, dim: int) -> None:
+def sentence_transformers_files(path: Path, fx: Fixture, dim: int, dense: list[torch.nn.Module]) -> None:
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
     ]
+    for module in dense:
+        idx = len(modules)
+        dense_type = "sentence_transformers.models.Dense"
+        modules.append({"idx": idx, "name": str(idx), "path": f"{idx}_Dense", "type": dense_type})
+        (path / f"{idx}_Dense").mkdir()
+        module.save(str(path / f"{idx}_Dense"))
     if fx.normalize:
-        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        idx = len(modules)
+        modules.append(
+            {"idx": idx, "name": str(idx), "path": f"{idx}_Normalize", "type": "sentence_transformers.models.Normalize"}
+        )
     (path / "modules.json").write_text(json.dumps(modules, indent=2))
     (path / "1_Pooling").mkdir()
     pooling = {
@@ -567,14 +620,36 @@ def sentence_transformers_files(path: Path, fx: Fixture, dim: int) -> None:
     (path / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False})
     )
+    if fx.tokenizer_config:
+        (path / "tokenizer_config.json").write_text(json.dumps(fx.tokenizer_config, indent=2))
     if fx.prompts:
         (path / "config_sentence_transformers.json").write_text(
             json.dumps({"prompts": fx.prompts, "default_prompt_name": None, "similarity_fn_name": "cosine"}, indent=2)
         )
 
 
-def embed(base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture) -> dict[str, np.ndarray]:
-    """Each text alone through the model: ids, hidden states [n, D], and the pooled (normalised) embedding."""
+def dense_modules(fx: Fixture, dim: int, seed: int) -> list[torch.nn.Module]:
+    """sentence-transformers' own Dense modules, random weights +- 1.5/sqrt(in_features) and biases +- 0.1."""
+    from sentence_transformers.base.modules.dense import Dense
+
+    g = torch.Generator().manual_seed(seed)
+    modules = []
+    for out_features, bias, activation in fx.dense:
+        module = Dense(dim, out_features, bias=bias, activation_function=activation).eval()
+        with torch.no_grad():
+            for name, p in module.named_parameters():
+                scale = 0.1 if name.endswith("bias") else 1.5 / dim**0.5
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
+        modules.append(module)
+        dim = out_features
+    return modules
+
+
+def embed(
+    base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture, dense: list[torch.nn.Module] = ()
+) -> dict[str, np.ndarray]:
+    """Each text alone through the model: ids, hidden states [n, D], and the pooled (projected, normalised)
+    embedding."""
     tok = Tokenizer.from_str(tok.to_str())
     tok.enable_truncation(MAX_SEQ_LENGTH)
     ids, hidden, pooled = [], [], []
@@ -584,6 +659,9 @@ def embed(base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture) 
             h = base(input_ids=torch.tensor([text_ids]), attention_mask=torch.ones(1, len(text_ids), dtype=torch.long))
         h = h.last_hidden_state[0].float()
         vector = {"mean": h.mean(0), "cls": h[0], "lasttoken": h[-1]}[fx.pooling]
+        with torch.no_grad():
+            for module in dense:
+                vector = module({"sentence_embedding": vector[None]})["sentence_embedding"][0]
         if fx.normalize:
             vector = torch.nn.functional.normalize(vector, dim=-1)
         ids.append(np.array(text_ids, np.int32))
@@ -597,12 +675,22 @@ def embed(base: torch.nn.Module, tok: Tokenizer, texts: list[str], fx: Fixture) 
     }
 
 
+def st_encode(path: Path, sample: list[str]) -> np.ndarray:
+    """sentence-transformers' encode() of the saved directory, the texts in one padded batch, in float32 (the
+    weights' config.json says bfloat16, as they are stored)."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu", model_kwargs={"dtype": torch.float32})
+    return model.encode(sample, batch_size=len(sample), convert_to_numpy=True).astype(np.float32)
+
+
 def make(fx: Fixture) -> None:
     path = OUT / fx.name
     shutil.rmtree(path, ignore_errors=True)
     model, base = fx.build()
     sample = texts()
-    result = embed(base, TOKENIZERS[fx.tokenizer], sample, fx)
+    dense = dense_modules(fx, base.config.hidden_size, seed=100)
+    result = embed(base, TOKENIZERS[fx.tokenizer], sample, fx, dense)
     if fx.prompts:
         prompt = fx.prompts["search_document"]
         result["prompted_pooled"] = embed(base, TOKENIZERS[fx.tokenizer], [prompt + t for t in sample], fx)["pooled"]
@@ -613,7 +701,10 @@ def make(fx: Fixture) -> None:
     if fx.rewrite:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
-    sentence_transformers_files(path, fx, base.config.hidden_size)
+    sentence_transformers_files(path, fx, base.config.hidden_size, dense)
+    if dense:
+        result["st_encoded"] = st_encode(path, sample)
+        assert np.abs(result["st_encoded"] - result["pooled"]).max() < 1e-5, "sentence-transformers differs"
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)
     print(
         f"{fx.name}: {type(base).__name__}, tokens {result['lengths'].tolist()}, "
@@ -621,11 +712,15 @@ def make(fx: Fixture) -> None:
     )
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
+    """`names`: the fixtures to regenerate (default all): each is made from its own seed alone."""
     torch.manual_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    for fx in fixtures():
+    chosen = [fx for fx in fixtures() if not names or fx.name in names]
+    if len(chosen) != len(set(names) or chosen):
+        raise SystemExit(f"unknown fixture among {names}; known: {', '.join(fx.name for fx in fixtures())}")
+    for fx in chosen:
         make(fx)
     (OUT / "VERSIONS.txt").write_text(
         f"made by tests/make_family_fixtures.py with transformers "
@@ -634,4 +729,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -1,10 +1,11 @@
-"""Encoder families behind one dispatch: BERT, XLM-RoBERTa, ModernBERT, NomicBERT, GTE.
+"""Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, ModernBERT, NomicBERT, GTE.
 
     cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
     shapes = param_shapes(tensor_shapes, cfg)  # the same pytree's shapes, from the checkpoint's shapes alone
     hidden_BTD = forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=..., rules=...)
     pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # mean / cls / lasttoken per segment
+    out_BSO = project(pooled_BSD, weights, activations)            # sentence-transformers' Dense modules
     param_axes(params), cast_params(params, dtype, activations), normalize(x), check_window(cfg, n_tokens)
     bfloat16_as_bits(params["layers"])         # how forward scans bfloat16 weights on a CPU; store them so
     init_params(cfg)                           # random weights in the same layout, for benchmarks
@@ -25,10 +26,11 @@ from typing import Any
 
 import numpy as np
 
-from kernels.encoders import bert, gte, modernbert, nomic_bert, xlm_roberta
+from kernels.encoders import bert, distilbert, gte, modernbert, nomic_bert, xlm_roberta
 from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
 from kernels.encoders._config import (
     POOLING_MODES,
+    PROJECTION_ACTIVATIONS,
     CheckpointMismatch,
     LayerKind,
     ModelConfig,
@@ -46,7 +48,7 @@ _LAZY = {
         ("bfloat16_as_bits", "cast_params", "forward", "init_params", "logical", "param_axes"),
         "kernels.encoders._blocks",
     ),
-    **dict.fromkeys(("normalize", "pool"), "kernels.encoders._pooling"),
+    **dict.fromkeys(("normalize", "pool", "project"), "kernels.encoders._pooling"),
 }
 
 
@@ -56,10 +58,11 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, xlm_roberta, modernbert, nomic_bert, gte)}
+FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, distilbert, xlm_roberta, modernbert, nomic_bert, gte)}
 # config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
 MODEL_TYPES = {
     "bert": "bert",
+    "distilbert": "distilbert",
     "xlm-roberta": "xlm-roberta",
     "roberta": "xlm-roberta",
     "modernbert": "modernbert",
@@ -70,6 +73,7 @@ MODEL_TYPES = {
 # An `architectures` entry's model name (before "Model" / "For...") -> family, for configs without model_type.
 ARCHITECTURES = {
     "Bert": "bert",
+    "DistilBert": "distilbert",
     "XLMRoberta": "xlm-roberta",
     "Roberta": "xlm-roberta",
     "ModernBert": "modernbert",
@@ -129,6 +133,7 @@ __all__ = [
     "FAMILIES",
     "MODEL_TYPES",
     "POOLING_MODES",
+    "PROJECTION_ACTIVATIONS",
     "CheckpointMismatch",
     "LayerKind",
     "ModelConfig",
@@ -148,4 +153,5 @@ __all__ = [
     "param_shapes",
     "params_from_hf",
     "pool",
+    "project",
 ]

@@ -3,7 +3,8 @@
 Shape letters used in names and docstrings:
   B batch, T tokens (sequence), D hidden, N heads, H head_dim, F MLP hidden,
   L layers, V vocabulary, P positions, K rotary frequencies (H / 2), S sequences packed in a row,
-  X the query, key and value projections (3, in that order).
+  X the query, key and value projections (3, in that order),
+  I, O a projection's input and output features after pooling (sentence-transformers' Dense).
 
 Every family maps its checkpoint onto the same pytree:
 
@@ -64,6 +65,10 @@ AXES = {
     "P": "positions",
     "S": "slots",  # the sequences packed into a row, pooled one per slot
     "X": "qkv",  # query, key and value: never split, so that each device holds all three of its heads
+    # A projection's input and output features after pooling (`_pooling.project`): never split, every device
+    # projects its own rows' sequences.
+    "I": "projection_in",
+    "O": "projection_out",
 }
 
 

@@ -47,6 +47,8 @@ class WindowTooLong(ValueError):
 # How `pool` turns a sequence's hidden states into one vector (kernels.encoders._pooling); here, without
 # JAX, for the driver that reads a model's pooling config.
 POOLING_MODES = ("mean", "cls", "lasttoken")
+# The activations of the projections after pooling (sentence-transformers' Dense; `_pooling.project`).
+PROJECTION_ACTIVATIONS = ("tanh", "identity")
 
 
 @dataclasses.dataclass(frozen=True)

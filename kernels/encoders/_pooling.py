@@ -1,10 +1,12 @@
-"""Sentence embeddings from hidden states, per packed sequence (segment)."""
+"""Sentence embeddings from hidden states, per packed sequence (segment), and what comes after pooling."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax.numpy as jnp
 
-from kernels.encoders._config import POOLING_MODES
+from kernels.encoders._config import POOLING_MODES, PROJECTION_ACTIVATIONS, Params
 from kernels.precision import MATMUL_PRECISION
 
 
@@ -35,3 +37,22 @@ def pool(hidden_BTD, segments_BT, n_slots: int, mode: str):
 def normalize(x_SD, eps: float = 1e-12):
     """L2-normalises the last axis, with torch.nn.functional.normalize's epsilon (sentence-transformers' Normalize)."""
     return x_SD / jnp.maximum(jnp.linalg.norm(x_SD, axis=-1, keepdims=True), eps)
+
+
+_PROJECTION_ACTIVATIONS = {"tanh": jnp.tanh, "identity": lambda x: x}
+
+
+def project(x_BSI, weights: Sequence[Params], activations: Sequence[str]):
+    """sentence-transformers' Dense modules in turn: activation(x w_IO + b_O), each layer's I the last one's O.
+
+    In float32 at full precision, as the pooled vectors are: these few small matmuls per sequence cost
+    nothing beside the encoder, and a TF32 or bfloat16 rounding here would land in every output."""
+    for layer, activation in zip(weights, activations, strict=True):
+        if activation not in PROJECTION_ACTIVATIONS:
+            known = ", ".join(PROJECTION_ACTIVATIONS)
+            raise ValueError(f"unknown projection activation {activation!r}; known: {known}")
+        x_BSI = jnp.einsum("...i,io->...o", x_BSI, layer["w_IO"], precision=MATMUL_PRECISION)
+        if "b_O" in layer:
+            x_BSI = x_BSI + layer["b_O"]
+        x_BSI = _PROJECTION_ACTIVATIONS[activation](x_BSI)
+    return x_BSI

@@ -32,7 +32,7 @@ from pipeline.encode.encoder_config import (
     check_shape,
     compute_dtype,
 )
-from pipeline.encode.model_dir import ModelSpec, load_params
+from pipeline.encode.model_dir import ModelSpec, load_params, load_projections
 
 
 class Encoder:
@@ -63,6 +63,8 @@ class Encoder:
 
         params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype), jnp.dtype(activations))
         params["layers"] = encoders.bfloat16_as_bits(params["layers"])  # as forward scans them
+        # After the cast: the Dense modules project the pooled float32 vector in float32.
+        params["projections"] = load_projections(spec)
         param_axes = encoders.param_axes(params)
         # Cast and split on the host, so each device receives only its own shard.
         self._params = jax.device_put(params, sharding.named_shardings(param_axes, rules, self.mesh))
@@ -82,6 +84,7 @@ class Encoder:
             slots=self.batching.slots,
             pooling=spec.pooling,
             normalize=spec.normalize,
+            activations=tuple(p.activation for p in spec.projections),
             truncate_dim=spec.truncate_dim,
             dim=cfg.dim,
             attention_impl=cfg.attention,
@@ -119,10 +122,12 @@ class Encoder:
         }
 
 
-def _head(out_BSD, normalize: bool, truncate_dim: int | None, dim: int | None):
-    """Pooled [B, S, D] -> the output [B, S, dim]: normalised and cut to `truncate_dim` as the model says
-    (not re-normalised, as sentence-transformers does not), then Matryoshka-truncated to `dim` and
-    re-normalised (the first `dim` dimensions of a unit vector are not one)."""
+def _head(pooled_BSD, projections, activations, normalize: bool, truncate_dim: int | None, dim: int | None):
+    """Pooled [B, S, D] -> the output [B, S, dim]: through the model's Dense modules (`projections`, their
+    `activations`), normalised and cut to `truncate_dim` as the model says (not re-normalised, as
+    sentence-transformers does not), then Matryoshka-truncated to `dim` and re-normalised (the first `dim`
+    dimensions of a unit vector are not one)."""
+    out_BSD = encoders.project(pooled_BSD, projections, activations)
     out_BSD = (encoders.normalize(out_BSD) if normalize else out_BSD)[..., :truncate_dim]
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
@@ -147,10 +152,12 @@ def _embed(
     attention_impl,
     rules,
     dense_impl="auto",
+    activations=(),
     truncate_dim=None,
     dim=None,
 ):
-    """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D or dim]."""
+    """Per device: its rows [B/data, T] -> the embedding of each sequence in them [B/data, slots, D or dim].
+    `params`: the encoder's, and under "projections" the Dense modules' (`model_dir.load_projections`)."""
     hidden_BTD = encoders.forward(
         params,
         ids_BT,
@@ -161,4 +168,5 @@ def _embed(
         dense_impl=dense_impl,
         rules=rules,
     )
-    return _head(encoders.pool(hidden_BTD, segments_BT, slots, pooling), normalize, truncate_dim, dim)
+    pooled_BSD = encoders.pool(hidden_BTD, segments_BT, slots, pooling)
+    return _head(pooled_BSD, params["projections"], activations, normalize, truncate_dim, dim)

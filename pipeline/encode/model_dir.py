@@ -3,12 +3,13 @@
 A model directory holds `config.json` (any family `kernels.encoders` supports),
 the weights as `model.safetensors` or sharded with `model.safetensors.index.json`,
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
-`1_Pooling/config.json`, `sentence_bert_config.json` (or an older name) and the
+`1_Pooling/config.json`, the Dense modules' folders (`2_Dense/config.json` and
+`model.safetensors`), `sentence_bert_config.json` (or an older name) and the
 prompts of `config_sentence_transformers.json`, in sentence-transformers' layouts
 before version 6 and since. Without those files the encoder mean-pools and does not
 normalise, which is how sentence-transformers treats a bare checkpoint. What
-sentence-transformers would run and docembed does not (a Dense module, max
-pooling) is refused, never skipped.
+sentence-transformers would run and docembed does not (max pooling, a Dense
+module's residual or other activation) is refused, never skipped.
 
 Where the model directory is (`--model`'s forms) is `pipeline.encode.model_location`'s.
 """
@@ -20,6 +21,8 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+
+import numpy as np
 
 from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
@@ -33,6 +36,23 @@ WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
 log = logging.getLogger("docembed")
+
+
+@dataclasses.dataclass(frozen=True)
+class Projection:
+    """A sentence-transformers Dense module: activation(x W^T + b) of the pooled vector, before Normalize."""
+
+    path: str  # its folder in the model directory, which holds config.json and model.safetensors
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # a name in kernels.encoders.PROJECTION_ACTIVATIONS
+    weights_sha256: str
+
+    def describe(self) -> str:
+        """Everything that makes its numbers, for the model's fingerprint."""
+        bias = "bias" if self.bias else "no bias"
+        return f"{self.in_features}->{self.out_features} {bias} {self.activation} {self.weights_sha256}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,10 +79,16 @@ class ModelSpec:
     # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
     truncate_dim: int | None = None
     config_overrides: str = ""  # the config.json keys sentence_bert_config.json overrides, as JSON
+    projections: tuple[Projection, ...] = ()  # the Dense modules between Pooling and Normalize, in order
+
+    @property
+    def full_dim(self) -> int:
+        """The model's output dimensions before any truncation: the last Dense module's, else the encoder's."""
+        return self.projections[-1].out_features if self.projections else self.arch.hidden_size
 
     @property
     def dim(self) -> int:
-        return self.truncate_dim or self.arch.hidden_size
+        return self.truncate_dim or self.full_dim
 
     def window(self, max_tokens: int | None) -> int:
         """Tokens per sequence, special tokens and prompt included: `max_tokens` as asked (0 too, for the
@@ -85,6 +111,7 @@ class ModelSpec:
             "normalizer": self.normalizer,
             "config": self.config_overrides,
             "truncate_dim": self.truncate_dim,
+            "projections": " | ".join(p.describe() for p in self.projections),
         }
         parts += [f"{name}={value}" for name, value in extras.items() if value]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
@@ -148,7 +175,13 @@ def _read_object(path: Path, default: dict | None = None) -> dict:
 
 # The sentence-transformers modules docembed implements, by the last part of modules.json's "type"
 # (sentence-transformers 6 moved them, to sentence_transformers.base.modules.transformer.Transformer).
-KNOWN_MODULES = ("Transformer", "Pooling", "Normalize")
+KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
+# A Dense module's activation_function, a torch.nn class, by its name -> kernels.encoders' name for it. Without
+# the key, sentence-transformers' Dense makes a Tanh.
+PROJECTION_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity"}
+DEFAULT_PROJECTION_ACTIVATION = "torch.nn.modules.activation.Tanh"
+# What a Dense module's config.json may say besides its sizes, with the value docembed implements.
+PROJECTION_FIXED = {"module_input_name": "sentence_embedding", "use_residual": False}
 # Pooling configs before sentence-transformers 6: a flag per mode. 6 writes `pooling_mode`, a name or a list.
 LEGACY_POOLING_FLAGS = {
     "pooling_mode_cls_token": "cls",
@@ -160,16 +193,27 @@ LEGACY_POOLING_FLAGS = {
 }
 
 
-def _head(path: Path) -> tuple[str, bool, bool]:
-    """Pooling mode, normalisation and include_prompt, read as sentence-transformers reads them.
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """What modules.json's modules after the Transformer make of its hidden states."""
 
-    A module docembed does not implement (Dense, a second Pooling's concatenation, ...) is refused:
+    pooling: str
+    normalize: bool
+    include_prompt: bool
+    projections: tuple[Projection, ...]
+
+
+def _head(path: Path) -> Head:
+    """Pooling mode, the Dense modules, normalisation and include_prompt, read as sentence-transformers reads them.
+
+    A module docembed does not implement (a second Pooling's concatenation, ...) is refused:
     skipping it would give other embeddings than sentence-transformers' for the same directory.
+    So is a Dense module anywhere but between the Pooling and a Normalize, which docembed runs in that order.
     """
     modules = _read_json(path / "modules.json", default=[])
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelError(f"{path}/modules.json is not a list of modules")
-    pooling, normalize, include_prompt = None, False, True
+    pooling, normalize, include_prompt, projections = None, False, True, []
     for module in modules:
         kind = str(module.get("type") or "").rsplit(".", 1)[-1]
         if kind not in KNOWN_MODULES:
@@ -184,6 +228,16 @@ def _head(path: Path) -> tuple[str, bool, bool]:
             )
         if kind == "Normalize":
             normalize = True
+        elif kind == "Dense":
+            if pooling is None or normalize:
+                where = "before the Pooling" if pooling is None else "after Normalize"
+                raise ModelError(
+                    f"{path}/modules.json: a Dense module {where}; docembed runs Dense modules only between the "
+                    "Pooling and Normalize"
+                )
+            if not module.get("path"):
+                raise ModelError(f"{path}/modules.json: a Dense module without a path to its folder")
+            projections.append(_projection(path, str(module["path"])))
         elif kind == "Pooling":
             pool_cfg = _read_object(path / (module.get("path") or "1_Pooling") / "config.json")
             pooling = _pooling_mode(pool_cfg, path)
@@ -191,7 +245,50 @@ def _head(path: Path) -> tuple[str, bool, bool]:
     if modules and pooling is None:
         # sentence-transformers' model then gives token embeddings and no sentence embedding: it fails on it.
         raise ModelError(f"{path}/modules.json has no Pooling module: the model makes no sentence embedding")
-    return pooling or "mean", normalize, include_prompt
+    return Head(pooling or "mean", normalize, include_prompt, tuple(projections))
+
+
+def _projection(path: Path, folder: str) -> Projection:
+    """A Dense module's config.json and weights file, read as sentence-transformers 6.3 reads them."""
+    where = path / folder
+    cfg = _read_object(where / "config.json")
+    for key, value in PROJECTION_FIXED.items():
+        if cfg.get(key, value) != value:
+            raise ModelError(f"{where}/config.json: {key} {cfg[key]!r} is not implemented (only {value!r})")
+    if cfg.get("module_output_name") not in (None, PROJECTION_FIXED["module_input_name"]):
+        raise ModelError(
+            f"{where}/config.json: module_output_name {cfg['module_output_name']!r} is not implemented "
+            "(the projection replaces the sentence embedding)"
+        )
+    sizes = {}
+    for key in ("in_features", "out_features"):
+        value = cfg.get(key)
+        if type(value) is not int or value < 1:
+            raise ModelError(f"{where}/config.json: {key} {value!r} is not a positive whole number")
+        sizes[key] = value
+    bias = cfg.get("bias", True)
+    if not isinstance(bias, bool):
+        raise ModelError(f"{where}/config.json: bias {bias!r} is not true or false")
+    activation = cfg.get("activation_function", DEFAULT_PROJECTION_ACTIVATION)
+    module, _, name = str(activation).rpartition(".")
+    if not (isinstance(activation, str) and module.startswith("torch.nn") and name in PROJECTION_ACTIVATIONS):
+        known = ", ".join(f"torch.nn.{name}" for name in PROJECTION_ACTIVATIONS)
+        raise ModelError(
+            f"{where}/config.json: activation_function {activation!r} is not implemented (docembed runs {known})"
+        )
+    weights = where / WEIGHTS_FILE
+    if not weights.is_file():
+        if (where / "pytorch_model.bin").is_file():
+            raise ModelError(
+                f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "
+                f"read (it has no torch): convert them to {WEIGHTS_FILE}, e.g. with safetensors.torch.save_file"
+            )
+        # A hub download fetches no pytorch_model.bin (pipeline.encode.hub.FILES): it may be one of those.
+        raise ModelError(
+            f"{where} has no {WEIGHTS_FILE} (docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE})"
+        )
+    activation = PROJECTION_ACTIVATIONS[name]
+    return Projection(folder, **sizes, bias=bias, activation=activation, weights_sha256=_sha256(weights))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,7 +458,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     path, source = locate(model)
     if not path.is_dir():
         raise ModelError(f"model directory {path} {'is a file' if path.exists() else 'does not exist'}")
-    pooling, normalize, include_prompt = _head(path)  # first: it says where a layout differs
+    head = _head(path)  # first: it says where a layout differs
     transformer = _transformer(path)
     weights = weights_files(path)
     tokenizer_file = path / "tokenizer.json"
@@ -389,24 +486,33 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         raise ModelError(f"{path}/config.json: {e}") from None
 
     max_seq_length = min(transformer.max_seq_length or arch.max_tokens, arch.max_tokens)
-    prompts, default_prompt_name, truncate_dim = _model_config(path, arch.hidden_size)
+    features = arch.hidden_size
+    for projection in head.projections:
+        if projection.in_features != features:
+            raise ModelError(
+                f"{path / projection.path}/config.json: in_features {projection.in_features}, but the sentence "
+                f"embedding before it has {features} dimensions"
+            )
+        features = projection.out_features
+    prompts, default_prompt_name, truncate_dim = _model_config(path, features)
     return ModelSpec(
         model_id=DEFAULT_MODEL_ID if is_default else str(path) if Path(str(model)).exists() else redact(source),
         path=path,
         arch=arch,
-        pooling=pooling,
-        normalize=normalize,
+        pooling=head.pooling,
+        normalize=head.normalize,
         max_seq_length=max_seq_length,
         weights_sha256=weights_sha,
         tokenizer_sha256=_sha256(tokenizer_file),
         source=source,
         prompts=prompts,
         default_prompt_name=default_prompt_name,
-        include_prompt=include_prompt,
+        include_prompt=head.include_prompt,
         lowercase=transformer.lowercase,
         normalizer=tokenizer(path).replaced_normalizer,
         truncate_dim=truncate_dim,
         config_overrides=json.dumps(transformer.config, sort_keys=True) if transformer.config else "",
+        projections=head.projections,
     )
 
 
@@ -435,10 +541,14 @@ def _weight_shards(path: Path) -> list[Path]:
 
 def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape, from the safetensors headers of its weight files (no weights read)."""
+    return _header_shapes(_weight_shards(spec.path))
+
+
+def _header_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
     from safetensors import SafetensorError, safe_open
 
     shapes = {}
-    for file in _weight_shards(spec.path):
+    for file in files:
         try:
             with safe_open(file, framework="numpy") as f:
                 shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -459,21 +569,54 @@ def check_weights(spec: ModelSpec) -> None:
         param_shapes(tensor_shapes(spec), spec.arch)
     except ValueError as e:
         raise ModelError(f"{spec.path}: {e}") from None
+    for projection in spec.projections:
+        shapes = _header_shapes([spec.path / projection.path / WEIGHTS_FILE])
+        _projection_params(spec, projection, {name: np.broadcast_to(np.float32(0), s) for name, s in shapes.items()})
 
 
-def load_params(spec: ModelSpec) -> Params:
-    """The weights as a float32 numpy pytree (host memory; the encoder places them on devices)."""
+def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -> Params:
+    """A Dense module's `linear.weight` [out, in] and `linear.bias` [out] -> w_IO and b_O (`encoders.project`),
+    float32; ModelError where one is missing or of another shape than its config.json says."""
+    wanted = {"linear.weight": (projection.out_features, projection.in_features)}
+    if projection.bias:
+        wanted["linear.bias"] = (projection.out_features,)
+    where = spec.path / projection.path / WEIGHTS_FILE
+    for name, shape in wanted.items():
+        if name not in tensors:
+            raise ModelError(f"{where} lacks tensor {name!r}, which its config.json implies")
+        if tuple(tensors[name].shape) != shape:
+            raise ModelError(
+                f"{where}: tensor {name!r} has shape {tuple(tensors[name].shape)}, but its config.json implies {shape}"
+            )
+    params = {"w_IO": np.asarray(tensors["linear.weight"], np.float32).T}
+    return params | ({"b_O": np.asarray(tensors["linear.bias"], np.float32)} if projection.bias else {})
+
+
+def _load_safetensors(file: Path) -> dict[str, np.ndarray]:
     import ml_dtypes  # noqa: F401  registers bfloat16 with numpy, so bfloat16 checkpoints load
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    try:
+        return load_file(file)
+    except (SafetensorError, OSError, ValueError, TypeError) as e:
+        raise ModelError(f"cannot read {file}: {e}") from None
+
+
+def load_params(spec: ModelSpec) -> Params:
+    """The weights as a float32 numpy pytree (host memory; the encoder places them on devices)."""
     tensors = {}
     for file in _weight_shards(spec.path):
-        try:
-            tensors |= load_file(file)
-        except (SafetensorError, OSError, ValueError, TypeError) as e:
-            raise ModelError(f"cannot read {file}: {e}") from None
+        tensors |= _load_safetensors(file)
     try:
         return params_from_hf(tensors, spec.arch)
     except ValueError as e:
         raise ModelError(f"{spec.path}: {e}") from None
+
+
+def load_projections(spec: ModelSpec) -> list[Params]:
+    """The Dense modules' weights, in order, as `encoders.project` takes them: float32 numpy."""
+    return [
+        _projection_params(spec, projection, _load_safetensors(spec.path / projection.path / WEIGHTS_FILE))
+        for projection in spec.projections
+    ]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' weights
+import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
@@ -227,6 +228,13 @@ def _drop_tensor(name):
     return breakage
 
 
+def _dense_shape(shape):
+    def breakage(path):
+        save_file({"linear.weight": np.zeros(shape, np.float32)}, str(path / "3_Dense" / "model.safetensors"))
+
+    return breakage
+
+
 @pytest.mark.parametrize(
     "fixture, breakage, extra, message",
     [
@@ -247,6 +255,18 @@ def _drop_tensor(name):
             _config_change({"intermediate_size": 32}),
             [],
             "tensor 'layers.0.mlp.Wi.weight' has shape (128, 48), but config.json",
+        ),
+        (
+            "distilbert-dense",
+            _dense_shape((24, 41)),
+            [],
+            "3_Dense/model.safetensors: tensor 'linear.weight' has shape (24, 41), but its config.json implies",
+        ),
+        (
+            "distilbert-dense",
+            None,
+            ["--dim", "32"],
+            "--dim 32 is more than model",
         ),
         (
             "xlm-roberta-sharded",

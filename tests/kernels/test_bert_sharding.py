@@ -68,7 +68,7 @@ def measure_on_8_devices() -> dict:
 
     # The unsharded forward pass: plain jit on whole arrays, one device, the same batches.
     ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(texts, spec.max_seq_length)
-    params = encoders.cast_params(model_dir.load_params(spec), jnp.float32)
+    params = encoders.cast_params(model_dir.load_params(spec), jnp.float32) | {"projections": []}
     # The encoder's own per-device function, called on whole arrays (rules None: no mesh).
     batching = BatchingConfig(spec.max_seq_length, BATCH_SIZE)
     unsharded = jax.jit(
@@ -98,7 +98,8 @@ def measure_on_8_devices() -> dict:
             held = {np.prod(s.data.shape) / np.prod(array.shape) for s in array.addressable_shards}
             fractions[path[-1].key] = sorted(held)
         try:  # weights not placed by the encoder: refused, not quietly sent along with every batch
-            encoder._embed(model_dir.load_params(spec), *jax.device_put(probe_batch, encoder._batch_shardings))
+            unplaced = model_dir.load_params(spec) | {"projections": []}
+            encoder._embed(unplaced, *jax.device_put(probe_batch, encoder._batch_shardings))
             refused = None
         except ValueError as e:
             refused = str(e)

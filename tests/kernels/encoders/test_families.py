@@ -30,7 +30,14 @@ from pipeline.text.tokenizer import Tokenizer
 from support import FAMILY_FIXTURES
 
 NAMES = sorted(p.stem for p in FAMILY_FIXTURES.glob("*.npz"))
-FAMILY_OF = {"bert": "bert", "xlm": "xlm-roberta", "modernbert": "modernbert", "nomic": "nomic_bert", "gte": "gte"}
+FAMILY_OF = {
+    "bert": "bert",
+    "distilbert": "distilbert",
+    "xlm": "xlm-roberta",
+    "modernbert": "modernbert",
+    "nomic": "nomic_bert",
+    "gte": "gte",
+}
 IMPLS = ["reference", "blockwise"]
 COSINE = 0.99999
 
@@ -39,6 +46,7 @@ COSINE = 0.99999
 class Loaded:
     spec: model_dir.ModelSpec
     params: dict
+    projections: list[dict]  # the Dense modules' weights
     ref: dict
     ids: list[list[int]]
 
@@ -60,7 +68,7 @@ def load(name: str) -> Loaded:
         ids = Tokenizer(spec.path / "tokenizer.json").encode_truncated(
             [str(t) for t in ref["texts"]], spec.max_seq_length
         )
-        _cache[name] = Loaded(spec, model_dir.load_params(spec), ref, ids)
+        _cache[name] = Loaded(spec, model_dir.load_params(spec), model_dir.load_projections(spec), ref, ids)
     return _cache[name]
 
 
@@ -96,9 +104,12 @@ def packed(ids: list[list[int]], width: int):
     return ids_BT, segments_BT, positions_BT, [where[id(seq)] for seq in ids]
 
 
-def embeddings(spec, hidden_BTD, segments_BT, n_slots: int) -> np.ndarray:
+def embeddings(m: Loaded, hidden_BTD, segments_BT, n_slots: int) -> np.ndarray:
+    """As sentence-transformers' modules make them: pooled, through the Dense modules, normalised."""
+    spec = m.spec
     pooled = encoders.pool(hidden_BTD, segments_BT, n_slots, spec.pooling)
-    return np.asarray(encoders.normalize(pooled) if spec.normalize else pooled)
+    projected = encoders.project(pooled, m.projections, [p.activation for p in spec.projections])
+    return np.asarray(encoders.normalize(projected) if spec.normalize else projected)
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -125,7 +136,7 @@ def test_transformers_hidden_states_and_embeddings_are_reproduced(name, impl):
     assert np.concatenate(m.ids).tolist() == m.ref["ids"].tolist(), "the project's tokenizer differs"
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
     hidden_BTD = encoders.forward(m.params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl=impl)
-    pooled = embeddings(m.spec, hidden_BTD, segments_BT, 1)[:, 0]
+    pooled = embeddings(m, hidden_BTD, segments_BT, 1)[:, 0]
     hidden = np.asarray(hidden_BTD)
     for i, n in enumerate(m.ref["lengths"]):
         got, want = hidden[i, :n], m.hidden(i)
@@ -143,19 +154,21 @@ def test_packed_rows_equal_unpacked(name, impl):
     arch = m.spec.arch
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, width)
     alone = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
-    alone_pooled = embeddings(m.spec, alone, segments_BT, 1)[:, 0]
+    alone_pooled = embeddings(m, alone, segments_BT, 1)[:, 0]
     # Rows twice the window: the short texts share a row, the long ones sit after them.
     ids_BT, segments_BT, positions_BT, where = packed(m.ids, 2 * width)
     assert len(where) > ids_BT.shape[0], "nothing was packed"
     together = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
     n_slots = int(segments_BT.max())
-    together_pooled = embeddings(m.spec, together, segments_BT, n_slots)
+    together_pooled = embeddings(m, together, segments_BT, n_slots)
     for i, (row, start, segment) in enumerate(where):
         n = len(m.ids[i])
         np.testing.assert_allclose(together[row, start : start + n], alone[i, :n], atol=2e-5, rtol=1e-5)
         np.testing.assert_allclose(together_pooled[row, segment - 1], alone_pooled[i], atol=2e-5, rtol=1e-5)
     absent = [(r, s) for r in range(ids_BT.shape[0]) for s in range(n_slots) if not (segments_BT[r] == s + 1).any()]
-    assert all(not together_pooled[r, s].any() for r, s in absent)
+    # Pooled to zeros: a Dense module's bias makes something of them, which no sequence reads.
+    pooled_slots = np.asarray(encoders.pool(together, segments_BT, n_slots, m.spec.pooling))
+    assert all(not pooled_slots[r, s].any() for r, s in absent)
 
 
 def _long_text_cosine(m: Loaded, arch) -> float:
@@ -224,6 +237,22 @@ def test_xlm_roberta_positions_start_after_the_pad_id():
     assert load("xlm-roberta-sharded").spec.path.joinpath("model.safetensors.index.json").is_file()
 
 
+def test_distilbert_reads_the_bert_names_its_config_also_accepts():
+    """DistilBertConfig.attribute_map: hidden_size, num_attention_heads and num_hidden_layers set its own keys."""
+    config = json.loads((FAMILY_FIXTURES / "distilbert-dense" / "config.json").read_text())
+    renamed = {"dim": "hidden_size", "n_heads": "num_attention_heads", "n_layers": "num_hidden_layers"}
+    aliased = {renamed.get(key, key): value for key, value in config.items()}
+    assert encoders.config_from_hf(aliased) == load("distilbert-dense").spec.arch
+
+
+def test_distilbert_mlm_heads_are_not_read():
+    """DistilBertForMaskedLM's vocab_transform, vocab_layer_norm and vocab_projector sit outside the prefix."""
+    m = load("distilbert-mlm-prefix")
+    names = model_dir.tensor_shapes(m.spec)
+    assert "vocab_transform.weight" in names and "distilbert.transformer.layer.1.ffn.lin2.weight" in names
+    assert m.spec.arch.type_vocab_size == 0 and "token_type_D" not in m.params["embed"]
+
+
 def test_the_family_comes_from_architectures_when_model_type_is_missing():
     config = json.loads((FAMILY_FIXTURES / "gte-new-ntk" / "config.json").read_text())
     del config["model_type"]
@@ -255,7 +284,7 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         encoders.config_from_hf({"model_type": "t5", "architectures": ["T5EncoderModel"]})
     assert str(e.value) == (
         "model_type 't5' (architectures ['T5EncoderModel']) is not supported; supported "
-        "model_types: bert, xlm-roberta, roberta, modernbert, nomic_bert, gte, new"
+        "model_types: bert, distilbert, xlm-roberta, roberta, modernbert, nomic_bert, gte, new"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "t5"}))
@@ -319,6 +348,12 @@ def test_a_missing_shard_is_named(tmp_path):
         ),
         ("nomic-transformers", {"hidden_size": 64}, r"has shape .* implies"),
         ("gte-transformers", {"vocab_size": 500}, r"'embeddings.word_embeddings.weight' has shape \(400, 48\)"),
+        (
+            "distilbert-dense",
+            {"hidden_dim": 96},
+            r"'transformer.layer.0.ffn.lin1.weight' has shape \(80, 48\).*implies \(96, 48\)",
+        ),
+        ("distilbert-mlm-prefix", {"max_position_embeddings": 256}, r"'embeddings.position_embeddings.weight' has"),
     ],
 )
 def test_shapes_that_contradict_the_config_are_refused(tmp_path, name, change, message):
@@ -376,6 +411,8 @@ def test_a_modernbert_window_that_reaches_every_position_is_global_attention(loc
         ("gte-transformers", {"rope_parameters": "default"}, "rope_parameters 'default' is not a mapping"),
         ("nomic-transformers", {"rope_parameters": 1000.0}, "rope_parameters 1000.0 is not a mapping"),
         ("nomic-contrastors", {"n_embd": None}, "n_embd None is not a whole number"),
+        ("distilbert-dense", {"dim": None}, "dim None is not a whole number"),
+        ("distilbert-mlm-prefix", {"n_layers": "2"}, "n_layers '2' is not a whole number"),
         ("gte-new-ntk", {"rope_scaling": {"type": "ntk", "factor": "2"}}, "factor '2' is not a number"),
     ],
 )
@@ -396,6 +433,8 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ("nomic-contrastors", {"activation_function": "gelu"}, "activation_function 'gelu'"),
         ("gte-new-ntk", {"rope_scaling": {"type": "linear", "factor": 2.0}}, "RoPE scaling 'linear'"),
         ("gte-new-ntk", {"logn_attention_scale": True}, "logn_attention_scale"),
+        ("distilbert-dense", {"n_heads": 5}, "distilbert: dim 48 is not divisible by 5 heads"),
+        ("distilbert-mlm-prefix", {"activation": "tanh"}, "unsupported activation .*'tanh'"),
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):

@@ -28,3 +28,15 @@ def test_normalize_and_unknown_modes():
     np.testing.assert_allclose(np.asarray(encoders.normalize(x)), [[0.6, 0.8], [0.0, 0.0]])
     with pytest.raises(ValueError, match="expected one of mean, cls, lasttoken"):
         encoders.pool(np.zeros((1, 2, 2), np.float32), np.ones((1, 2), np.int32), 1, "max")
+
+
+def test_projections_run_in_turn_with_their_bias_and_activation():
+    rng = np.random.default_rng(0)
+    x_BSI = rng.standard_normal((2, 3, 4), np.float32)
+    first = {"w_IO": rng.standard_normal((4, 5), np.float32), "b_O": rng.standard_normal(5, np.float32)}
+    second = {"w_IO": rng.standard_normal((5, 2), np.float32)}
+    got = np.asarray(encoders.project(x_BSI, [first, second], ["tanh", "identity"]))
+    np.testing.assert_allclose(got, np.tanh(x_BSI @ first["w_IO"] + first["b_O"]) @ second["w_IO"], rtol=1e-5)
+    assert encoders.project(x_BSI, [], []) is x_BSI
+    with pytest.raises(ValueError, match="unknown projection activation 'gelu'; known: tanh, identity"):
+        encoders.project(x_BSI, [second], ["gelu"])

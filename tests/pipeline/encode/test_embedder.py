@@ -18,6 +18,7 @@ from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.errors import ConfigError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "st_reference.npz"
+DENSE_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "distilbert-dense"
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +189,18 @@ def test_packed_rows_equal_one_sequence_per_row(embedder, reference):
     np.testing.assert_allclose(single, alone[2:3], atol=2e-6)
     empty, stats = embedder.encoder.encode_ids([])
     assert empty.shape == (0, embedder.dim) and stats.batches == 0
+
+
+def test_dense_modules_match_sentence_transformers_encode():
+    """A DistilBERT with two Dense modules (Tanh 48 -> 40, then Identity 40 -> 24 without bias) and Normalize:
+    the texts through sentence-transformers' own encode() (tests/make_family_fixtures.py), its tokenizer
+    DistilBertTokenizer as tokenizer_config.json names it."""
+    reference = np.load(DENSE_FIXTURE.with_suffix(".npz"))
+    embedder = Embedder.load(str(DENSE_FIXTURE))
+    got = embedder.embed([str(t) for t in reference["texts"]])
+    assert got.shape == reference["st_encoded"].shape == (6, 24) and embedder.dim == 24
+    assert cosine(got, reference["st_encoded"]).min() >= 0.99999
+    np.testing.assert_allclose(got, reference["st_encoded"], atol=2e-5)
+    # Matryoshka truncation cuts the projected vector and re-normalises it.
+    first_16 = Embedder.load(str(DENSE_FIXTURE), dim=16).embed([str(reference["texts"][2])])[0]
+    np.testing.assert_allclose(first_16, got[2, :16] / np.linalg.norm(got[2, :16]), atol=1e-6)

@@ -1,7 +1,9 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
 from pipeline import Embedder
 from pipeline.encode import model_dir, model_location
@@ -179,9 +181,9 @@ def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused(tmp_path):
         model_dir.resolve(str(path))
 
 
-def add_dense_module(path) -> None:
+def add_layer_norm_module(path) -> None:
     modules = json.loads((path / "modules.json").read_text())
-    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})
     (path / "modules.json").write_text(json.dumps(modules))
 
 
@@ -204,10 +206,13 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
         (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
         (
             lambda p: (p / "config.json").write_text('{"model_type": "gpt2"}'),
-            "'gpt2'.*is not supported.*bert, xlm-roberta",
+            "'gpt2'.*is not supported.*bert, distilbert, xlm-roberta",
         ),
         # What sentence-transformers would run and docembed does not: refused, never skipped.
-        (add_dense_module, "names a 'sentence_transformers.models.Dense' module, which docembed does not implement"),
+        (
+            add_layer_norm_module,
+            "names a 'sentence_transformers.models.LayerNorm' module, which docembed does not implement",
+        ),
         (set_pooling({"pooling_mode": ["cls", "mean"]}), "pooling cls \\+ mean is not supported; docembed pools by"),
         (set_pooling({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}), "max \\+ mean"),
         (set_pooling({"pooling_mode_max_tokens": True}), "pooling max is not supported"),
@@ -303,3 +308,132 @@ def test_checking_the_weights_holds_nothing_of_their_size(tmp_path):
     assert growth < weights_bytes / 10, (
         f"peak RSS grew {growth / 1e6:.0f} MB for {weights_bytes / 1e6:.0f} MB of weights"
     )
+
+
+# --- sentence-transformers' Dense modules --------------------------------------------------------------------
+# The fixture's modules: Transformer (DistilBERT, 48), Pooling, 2_Dense (48 -> 40, Tanh), 3_Dense (40 -> 24, no
+# bias, Identity), Normalize.
+DENSE_FIXTURE = FAMILY_FIXTURES / "distilbert-dense"
+
+
+def copy_dense_model(tmp_path):
+    path = tmp_path / "dense"
+    shutil.copytree(DENSE_FIXTURE, path)
+    return path
+
+
+def test_dense_modules_are_read_in_order_and_set_the_output_dimension():
+    spec = model_dir.resolve(str(DENSE_FIXTURE))
+    described = [(p.path, p.in_features, p.out_features, p.bias, p.activation) for p in spec.projections]
+    assert described == [("2_Dense", 48, 40, True, "tanh"), ("3_Dense", 40, 24, False, "identity")]
+    assert (spec.arch.family, spec.arch.hidden_size, spec.dim, spec.normalize) == ("distilbert", 48, 24, True)
+    model_dir.check_weights(spec)
+    weights = model_dir.load_projections(spec)
+    shapes = [{name: array.shape for name, array in layer.items()} for layer in weights]
+    assert shapes == [{"w_IO": (48, 40), "b_O": (40,)}, {"w_IO": (40, 24)}]
+
+
+def test_a_dense_module_is_in_the_fingerprint(tmp_path):
+    """The same encoder without its Dense modules, or with other Dense weights, makes other numbers."""
+    with_dense = model_dir.resolve(str(DENSE_FIXTURE))
+    path = copy_dense_model(tmp_path)
+    edit_json(path, "modules.json", lambda m: [x for x in m if not x["type"].endswith("Dense")])
+    without = model_dir.resolve(str(path))
+    assert (without.weights_sha256, without.dim) == (with_dense.weights_sha256, 48)
+    assert without.fingerprint != with_dense.fingerprint
+    other = copy_dense_model(tmp_path / "other")
+    tensors = load_file(other / "3_Dense" / "model.safetensors")
+    save_file({"linear.weight": -tensors["linear.weight"]}, str(other / "3_Dense" / "model.safetensors"))
+    assert model_dir.resolve(str(other)).fingerprint != with_dense.fingerprint
+
+
+@pytest.mark.parametrize("activation", ["torch.nn.Tanh", "torch.nn.modules.activation.Tanh", None])
+def test_tanh_is_named_either_way_and_is_the_default(tmp_path, activation):
+    path = copy_dense_model(tmp_path)
+    drop = {"activation_function"} if activation is None else set()
+    edit_json(
+        path,
+        "3_Dense/config.json",
+        lambda c: {k: v for k, v in c.items() if k not in drop} | ({} if drop else {"activation_function": activation}),
+    )
+    assert model_dir.resolve(str(path)).projections[1].activation == "tanh"
+
+
+def _dense_config(change: dict):
+    return lambda p: edit_json(p, "2_Dense/config.json", lambda c: {**c, **change})
+
+
+def _bin_only(path) -> None:
+    (path / "2_Dense" / "model.safetensors").unlink()
+    (path / "2_Dense" / "pytorch_model.bin").write_bytes(b"a torch pickle")
+
+
+def _modules(change):
+    return lambda p: edit_json(p, "modules.json", change)
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (
+            _dense_config({"activation_function": "torch.nn.modules.activation.GELU"}),
+            r"2_Dense/config.json: activation_function 'torch.nn.modules.activation.GELU' is not implemented "
+            r"\(docembed runs torch.nn.Tanh, torch.nn.Identity\)",
+        ),
+        (_dense_config({"activation_function": "mypackage.Swish"}), "activation_function 'mypackage.Swish' is not"),
+        (_dense_config({"activation_function": None}), "activation_function None is not implemented"),
+        (
+            _bin_only,
+            "2_Dense holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not read "
+            "\\(it has no torch\\): convert them to model.safetensors",
+        ),
+        (lambda p: (p / "3_Dense" / "model.safetensors").unlink(), "3_Dense has no model.safetensors"),
+        (_dense_config({"in_features": 32}), "in_features 32, but the sentence embedding before it has 48 dimensions"),
+        (_dense_config({"out_features": 0}), "out_features 0 is not a positive whole number"),
+        (_dense_config({"bias": "yes"}), "bias 'yes' is not true or false"),
+        (_dense_config({"use_residual": True}), "use_residual True is not implemented"),
+        (_dense_config({"module_input_name": "token_embeddings"}), "module_input_name 'token_embeddings' is not"),
+        (_dense_config({"module_output_name": "projected"}), "module_output_name 'projected' is not implemented"),
+        (lambda p: shutil.rmtree(p / "2_Dense"), "2_Dense has no config.json"),
+        (_modules(lambda m: [m[0], m[2], m[1], *m[3:]]), "a Dense module before the Pooling"),
+        (_modules(lambda m: [*m[:2], m[4], m[2], m[3]]), "a Dense module after Normalize"),
+        (_modules(lambda m: [*m[:2], {**m[2], "path": ""}, *m[3:]]), "a Dense module without a path to its folder"),
+    ],
+)
+def test_dense_modules_not_implemented_or_broken_are_one_model_error(tmp_path, breakage, message):
+    path = copy_dense_model(tmp_path)
+    breakage(path)
+    with pytest.raises(ModelError, match=message) as refused:
+        model_dir.resolve(str(path))
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "tensors, message",
+    [
+        (
+            {"linear.weight": np.zeros((24, 41), np.float32)},
+            r"3_Dense/model.safetensors: tensor 'linear.weight' has shape \(24, 41\), but its config.json implies "
+            r"\(24, 40\)",
+        ),
+        ({"weight": np.zeros((24, 40), np.float32)}, "3_Dense/model.safetensors lacks tensor 'linear.weight'"),
+    ],
+)
+def test_dense_weights_that_contradict_the_config_are_refused_by_the_check_and_the_load(tmp_path, tensors, message):
+    """The driver's check from the headers and the actors' load: the same one line."""
+    path = copy_dense_model(tmp_path)
+    save_file(tensors, str(path / "3_Dense" / "model.safetensors"))
+    spec = model_dir.resolve(str(path))
+    with pytest.raises(ModelError, match=message) as checked:
+        model_dir.check_weights(spec)
+    with pytest.raises(ModelError, match=message) as loaded:
+        model_dir.load_projections(spec)
+    assert str(checked.value) == str(loaded.value)
+
+
+def test_a_missing_dense_bias_is_refused(tmp_path):
+    path = copy_dense_model(tmp_path)
+    tensors = load_file(path / "2_Dense" / "model.safetensors")
+    save_file({"linear.weight": tensors["linear.weight"]}, str(path / "2_Dense" / "model.safetensors"))
+    with pytest.raises(ModelError, match="2_Dense/model.safetensors lacks tensor 'linear.bias'"):
+        model_dir.check_weights(model_dir.resolve(str(path)))
