@@ -140,7 +140,9 @@ class Fixture:
     name: str
     build: Callable[[], tuple[torch.nn.Module, torch.nn.Module]]  # (model to save, base model to run)
     tokenizer: str  # "wordpiece" or "unigram"
-    pooling: str  # "mean", "cls" or "lasttoken"
+    # "mean", "cls" or "lasttoken" (written as the legacy flags), or sentence-transformers' modes joined by "+"
+    # (written as sentence-transformers 6 writes a list, and pooled by its own Pooling module)
+    pooling: str
     normalize: bool
     # Rewrites what save_pretrained wrote: (directory, base model) -> None.
     rewrite: Callable[[Path, torch.nn.Module], None] | None = None
@@ -365,6 +367,26 @@ def fixtures() -> list[Fixture]:
             ),
             "wordpiece",
             "cls",
+            False,
+        ),
+        Fixture(
+            "bert-pooling-modes",
+            _base(
+                T.BertModel,
+                T.BertConfig(
+                    **wp,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=MAX_SEQ_LENGTH,
+                ),
+                21,
+            ),
+            "wordpiece",
+            # The three modes that only sentence-transformers' own Pooling defines, concatenated, not normalised,
+            # so that each one's values show in the embedding.
+            "max+mean_sqrt_len_tokens+weightedmean",
             False,
         ),
         Fixture(
@@ -616,6 +638,8 @@ def sentence_transformers_files(path: Path, fx: Fixture, dim: int, dense: list[t
         "pooling_mode_lasttoken": fx.pooling == "lasttoken",
         "include_prompt": True,
     }
+    if fx.pooling not in SIMPLE_POOLING:
+        pooling = {"embedding_dimension": dim, "pooling_mode": fx.pooling.split("+"), "include_prompt": True}
     (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2))
     (path / "sentence_bert_config.json").write_text(
         json.dumps({"max_seq_length": MAX_SEQ_LENGTH, "do_lower_case": False})
@@ -658,7 +682,7 @@ def embed(
         with torch.no_grad():
             h = base(input_ids=torch.tensor([text_ids]), attention_mask=torch.ones(1, len(text_ids), dtype=torch.long))
         h = h.last_hidden_state[0].float()
-        vector = {"mean": h.mean(0), "cls": h[0], "lasttoken": h[-1]}[fx.pooling]
+        vector = pool_vector(h, fx.pooling)
         with torch.no_grad():
             for module in dense:
                 vector = module({"sentence_embedding": vector[None]})["sentence_embedding"][0]
@@ -675,6 +699,21 @@ def embed(
     }
 
 
+# Pooled here by hand, as the fixtures made before sentence-transformers' other modes were (byte for byte).
+SIMPLE_POOLING = ("mean", "cls", "lasttoken")
+
+
+def pool_vector(h: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One sequence's hidden states [n, D] -> its pooled vector; any mode but the simple ones through
+    sentence-transformers' own Pooling module."""
+    if pooling in SIMPLE_POOLING:
+        return {"mean": h.mean(0), "cls": h[0], "lasttoken": h[-1]}[pooling]
+    from sentence_transformers.sentence_transformer.modules.pooling import Pooling
+
+    features = {"token_embeddings": h[None], "attention_mask": torch.ones(1, h.shape[0], dtype=torch.long)}
+    return Pooling(h.shape[1], pooling_mode=tuple(pooling.split("+")))(features)["sentence_embedding"][0]
+
+
 def st_encode(path: Path, sample: list[str]) -> np.ndarray:
     """sentence-transformers' encode() of the saved directory, the texts in one padded batch, in float32 (the
     weights' config.json says bfloat16, as they are stored)."""
@@ -689,7 +728,7 @@ def make(fx: Fixture) -> None:
     shutil.rmtree(path, ignore_errors=True)
     model, base = fx.build()
     sample = texts()
-    dense = dense_modules(fx, base.config.hidden_size, seed=100)
+    dense = dense_modules(fx, base.config.hidden_size * len(fx.pooling.split("+")), seed=100)
     result = embed(base, TOKENIZERS[fx.tokenizer], sample, fx, dense)
     if fx.prompts:
         prompt = fx.prompts["search_document"]
@@ -702,7 +741,7 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
-    if dense:
+    if dense or fx.pooling not in SIMPLE_POOLING:
         result["st_encoded"] = st_encode(path, sample)
         assert np.abs(result["st_encoded"] - result["pooled"]).max() < 1e-5, "sentence-transformers differs"
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)

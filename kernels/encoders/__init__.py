@@ -4,7 +4,7 @@
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
     shapes = param_shapes(tensor_shapes, cfg)  # the same pytree's shapes, from the checkpoint's shapes alone
     hidden_BTD = forward(params, ids_BT, segments_BT, positions_BT, cfg, attention_impl=..., rules=...)
-    pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # mean / cls / lasttoken per segment
+    pooled_BSD = pool(hidden_BTD, segments_BT, n_slots, mode)     # per segment; modes "+"-joined concatenate
     out_BSO = project(pooled_BSD, weights, activations)            # sentence-transformers' Dense modules
     param_axes(params), cast_params(params, dtype, activations), normalize(x), check_window(cfg, n_tokens)
     bfloat16_as_bits(params["layers"])         # how forward scans bfloat16 weights on a CPU; store them so

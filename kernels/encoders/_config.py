@@ -46,7 +46,7 @@ class WindowTooLong(ValueError):
 
 # How `pool` turns a sequence's hidden states into one vector (kernels.encoders._pooling); here, without
 # JAX, for the driver that reads a model's pooling config.
-POOLING_MODES = ("mean", "cls", "lasttoken")
+POOLING_MODES = ("mean", "cls", "lasttoken", "max", "mean_sqrt_len_tokens", "weightedmean")
 # The activations of the projections after pooling (sentence-transformers' Dense; `_pooling.project`).
 PROJECTION_ACTIVATIONS = ("tanh", "identity")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 
 from kernels.encoders._config import POOLING_MODES, PROJECTION_ACTIVATIONS, Params
@@ -11,27 +12,53 @@ from kernels.precision import MATMUL_PRECISION
 
 
 def pool(hidden_BTD, segments_BT, n_slots: int, mode: str):
-    """[B, n_slots, D] float32: slot j pools the tokens of segment j + 1 of its row (zeros if absent).
+    """[B, n_slots, D * k] float32: slot j pools the tokens of segment j + 1 of its row (zeros if absent).
 
-    mean: over the segment's tokens. cls: its first token. lasttoken: its last token.
+    `mode` is one of POOLING_MODES, or k of them joined by "+", whose vectors are concatenated in that order,
+    as sentence-transformers concatenates a Pooling module's list of modes. Over the segment's tokens:
+    mean; cls, its first token; lasttoken, its last; max, each feature's largest value; mean_sqrt_len_tokens,
+    the sum over the square root of the count; weightedmean, the mean weighted by each token's position in
+    its sequence, 1 for the first (SGPT's).
     """
-    if mode not in POOLING_MODES:
-        raise ValueError(f"unknown pooling mode {mode!r}; expected one of {', '.join(POOLING_MODES)}")
+    modes = mode.split("+")
+    unknown = [m for m in modes if m not in POOLING_MODES]
+    if unknown:
+        raise ValueError(f"unknown pooling mode {unknown[0]!r}; expected one of {', '.join(POOLING_MODES)}")
     hidden = hidden_BTD.astype(jnp.float32)
-    T = hidden.shape[1]
+    B, T, D = hidden.shape
     member_BTS = segments_BT[:, :, None] == jnp.arange(1, n_slots + 1)
-    if mode == "mean":
-        # A sum as a matmul: at DEFAULT precision a GPU would round every hidden value to TF32.
-        summed_BSD = jnp.einsum("BTD,BTS->BSD", hidden, member_BTS.astype(jnp.float32), precision=MATMUL_PRECISION)
-        count_BS = member_BTS.sum(axis=1)
-        return summed_BSD / jnp.maximum(count_BS, 1)[..., None].astype(jnp.float32)
+    present_BS1 = member_BTS.any(axis=1)[..., None]
     t_T = jnp.arange(T)[None, :, None]
-    if mode == "cls":
-        index_BS = jnp.where(member_BTS, t_T, T).min(axis=1)
-    else:
-        index_BS = jnp.where(member_BTS, t_T, -1).max(axis=1)
-    picked_BSD = jnp.take_along_axis(hidden, jnp.clip(index_BS, 0, T - 1)[..., None], axis=1)
-    return jnp.where(member_BTS.any(axis=1)[..., None], picked_BSD, 0.0)
+    first_BS = jnp.where(member_BTS, t_T, T).min(axis=1)
+    count_BS = member_BTS.sum(axis=1).astype(jnp.float32)
+
+    def weighted_sum(weights_BTS):
+        # A sum as a matmul: at DEFAULT precision a GPU would round every hidden value to TF32.
+        return jnp.einsum("BTD,BTS->BSD", hidden, weights_BTS, precision=MATMUL_PRECISION)
+
+    def pick(index_BS):
+        picked_BSD = jnp.take_along_axis(hidden, jnp.clip(index_BS, 0, T - 1)[..., None], axis=1)
+        return jnp.where(present_BS1, picked_BSD, 0.0)
+
+    def one(m: str):
+        if m == "cls":
+            return pick(first_BS)
+        if m == "lasttoken":
+            return pick(jnp.where(member_BTS, t_T, -1).max(axis=1))
+        if m == "max":
+            # Per (row, segment) over the flattened tokens: no [B, T, S, D] mask; slot 0 gathers the padding.
+            ids_N = (jnp.arange(B)[:, None] * (n_slots + 1) + jnp.clip(segments_BT, 0, n_slots)).reshape(-1)
+            top = jax.ops.segment_max(hidden.reshape(B * T, D), ids_N, num_segments=B * (n_slots + 1))
+            return jnp.where(present_BS1, top.reshape(B, n_slots + 1, D)[:, 1:], 0.0)
+        if m == "weightedmean":
+            weights_BTS = jnp.where(member_BTS, t_T - first_BS[:, None, :] + 1, 0).astype(jnp.float32)
+            return weighted_sum(weights_BTS) / jnp.maximum(weights_BTS.sum(axis=1), 1.0)[..., None]
+        summed_BSD = weighted_sum(member_BTS.astype(jnp.float32))
+        total_BS = count_BS if m == "mean" else jnp.sqrt(count_BS)
+        return summed_BSD / jnp.maximum(total_BS, 1.0)[..., None]
+
+    pooled = [one(m) for m in modes]
+    return pooled[0] if len(pooled) == 1 else jnp.concatenate(pooled, axis=-1)
 
 
 def normalize(x_SD, eps: float = 1e-12):

@@ -8,8 +8,8 @@ the weights as `model.safetensors` or sharded with `model.safetensors.index.json
 prompts of `config_sentence_transformers.json`, in sentence-transformers' layouts
 before version 6 and since. Without those files the encoder mean-pools and does not
 normalise, which is how sentence-transformers treats a bare checkpoint. What
-sentence-transformers would run and docembed does not (max pooling, a Dense
-module's residual or other activation) is refused, never skipped.
+sentence-transformers would run and docembed does not (a Dense module's residual
+or other activation) is refused, never skipped.
 
 Where the model directory is (`--model`'s forms) is `pipeline.encode.model_location`'s.
 """
@@ -62,7 +62,7 @@ class ModelSpec:
     model_id: str
     path: Path
     arch: ModelConfig
-    pooling: str  # "mean", "cls" or "lasttoken"
+    pooling: str  # a mode of kernels.encoders.POOLING_MODES, or several joined by "+", concatenated in that order
     normalize: bool
     max_seq_length: int
     weights_sha256: str
@@ -82,9 +82,14 @@ class ModelSpec:
     projections: tuple[Projection, ...] = ()  # the Dense modules between Pooling and Normalize, in order
 
     @property
+    def pooled_dim(self) -> int:
+        """The Pooling module's output dimensions: the encoder's for each of its modes."""
+        return self.arch.hidden_size * len(self.pooling.split("+"))
+
+    @property
     def full_dim(self) -> int:
-        """The model's output dimensions before any truncation: the last Dense module's, else the encoder's."""
-        return self.projections[-1].out_features if self.projections else self.arch.hidden_size
+        """The model's output dimensions before any truncation: the last Dense module's, else the Pooling's."""
+        return self.projections[-1].out_features if self.projections else self.pooled_dim
 
     @property
     def dim(self) -> int:
@@ -417,15 +422,16 @@ def _bert_settings(path: Path, tokenizer_args: dict) -> BertSettings | None:
 
 
 def _pooling_mode(cfg: dict, path: Path) -> str:
-    """The one pooling mode of a Pooling config: `pooling_mode`, else the legacy flags (none set: mean)."""
+    """A Pooling config's modes, joined by "+" in their order: `pooling_mode` (a name or a list), else the
+    legacy flags in sentence-transformers' order (none set: mean)."""
     modes = cfg.get("pooling_mode")
     if modes is None:
         modes = [mode for flag, mode in LEGACY_POOLING_FLAGS.items() if cfg.get(flag)] or ["mean"]
     modes = [modes] if isinstance(modes, str) else modes
-    if not isinstance(modes, list) or len(modes) != 1 or modes[0] not in POOLING_MODES:
+    if not isinstance(modes, list) or not modes or not all(mode in POOLING_MODES for mode in modes):
         shown = " + ".join(map(str, modes)) if isinstance(modes, list) else repr(modes)
         raise ModelError(f"{path}: pooling {shown} is not supported; docembed pools by {', '.join(POOLING_MODES)}")
-    return modes[0]
+    return "+".join(modes)
 
 
 def _model_config(path: Path, hidden_size: int) -> tuple[tuple[tuple[str, str], ...], str | None, int | None]:
@@ -486,7 +492,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         raise ModelError(f"{path}/config.json: {e}") from None
 
     max_seq_length = min(transformer.max_seq_length or arch.max_tokens, arch.max_tokens)
-    features = arch.hidden_size
+    features = arch.hidden_size * len(head.pooling.split("+"))
     for projection in head.projections:
         if projection.in_features != features:
             raise ModelError(

@@ -26,8 +26,34 @@ def test_each_mode_pools_each_segment_and_leaves_absent_slots_zero():
 def test_normalize_and_unknown_modes():
     x = np.array([[3.0, 4.0], [0.0, 0.0]], np.float32)
     np.testing.assert_allclose(np.asarray(encoders.normalize(x)), [[0.6, 0.8], [0.0, 0.0]])
-    with pytest.raises(ValueError, match="expected one of mean, cls, lasttoken"):
-        encoders.pool(np.zeros((1, 2, 2), np.float32), np.ones((1, 2), np.int32), 1, "max")
+    with pytest.raises(ValueError, match=r"unknown pooling mode 'median'; expected one of mean, cls, lasttoken, max"):
+        encoders.pool(np.zeros((1, 2, 2), np.float32), np.ones((1, 2), np.int32), 1, "mean+median")
+
+
+def test_sentence_transformers_other_modes_pool_each_segment_and_concatenate_in_order():
+    """max, mean_sqrt_len_tokens and weightedmean by hand; sentence-transformers' own Pooling is checked
+    against them through the bert-pooling-modes fixture (tests/kernels/encoders/test_families.py)."""
+    rng = np.random.default_rng(1)
+    hidden = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    segments = np.array([[1, 1, 1, 2, 2, 0, 0], [2, 1, 1, 1, 1, 3, 0]], np.int32)
+    modes = ("max", "mean_sqrt_len_tokens", "weightedmean")
+    got = np.asarray(encoders.pool(hidden, segments, 4, "+".join(modes)))
+    assert got.shape == (2, 4, 9)
+    for b in range(2):
+        for slot in range(4):
+            tokens = hidden[b, segments[b] == slot + 1]
+            if not len(tokens):
+                assert not got[b, slot].any()
+                continue
+            weights = np.arange(1, len(tokens) + 1, dtype=np.float32)[:, None]  # 1 for a sequence's first token
+            want = {
+                "max": tokens.max(0),
+                "mean_sqrt_len_tokens": tokens.sum(0) / np.sqrt(len(tokens)),
+                "weightedmean": (tokens * weights).sum(0) / weights.sum(),
+            }
+            np.testing.assert_allclose(got[b, slot], np.concatenate([want[m] for m in modes]), rtol=1e-5, atol=1e-6)
+    # One mode alone is the same slice of the concatenation.
+    np.testing.assert_allclose(np.asarray(encoders.pool(hidden, segments, 4, "weightedmean")), got[..., 6:], rtol=1e-6)
 
 
 def test_projections_run_in_turn_with_their_bias_and_activation():

@@ -19,6 +19,7 @@ from pipeline.errors import ConfigError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "st_reference.npz"
 DENSE_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "distilbert-dense"
+POOLING_FIXTURE = DENSE_FIXTURE.with_name("bert-pooling-modes")
 
 
 @pytest.fixture(scope="module")
@@ -204,3 +205,13 @@ def test_dense_modules_match_sentence_transformers_encode():
     # Matryoshka truncation cuts the projected vector and re-normalises it.
     first_16 = Embedder.load(str(DENSE_FIXTURE), dim=16).embed([str(reference["texts"][2])])[0]
     np.testing.assert_allclose(first_16, got[2, :16] / np.linalg.norm(got[2, :16]), atol=1e-6)
+
+
+def test_concatenated_pooling_modes_match_sentence_transformers_encode():
+    """A BERT whose Pooling concatenates max, mean_sqrt_len_tokens and weightedmean, not normalised: the texts
+    through sentence-transformers' own encode() in one padded batch, here packed several to a row."""
+    reference = np.load(POOLING_FIXTURE.with_suffix(".npz"))
+    embedder = Embedder.load(str(POOLING_FIXTURE))
+    got = embedder.embed([str(t) for t in reference["texts"]])
+    assert got.shape == reference["st_encoded"].shape == (6, 3 * 32) and embedder.dim == 96
+    np.testing.assert_allclose(got, reference["st_encoded"], rtol=1e-4, atol=1e-4)

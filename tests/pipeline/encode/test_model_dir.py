@@ -59,18 +59,33 @@ def set_pooling(cfg: dict):
 @pytest.mark.parametrize(
     "layout, pooling",
     [
-        # sentence-transformers 6 writes one `pooling_mode`, a name or a list of one.
+        # sentence-transformers 6 writes one `pooling_mode`, a name or a list, concatenated in its order.
         ({"embedding_dimension": 384, "pooling_mode": "cls", "include_prompt": True}, "cls"),
         ({"embedding_dimension": 384, "pooling_mode": ["lasttoken"]}, "lasttoken"),
-        # Before it, a flag per mode; with none set, sentence-transformers mean-pools.
+        ({"embedding_dimension": 384, "pooling_mode": ["mean", "cls"]}, "mean+cls"),
+        # Before it, a flag per mode, concatenated in sentence-transformers' fixed order; none set: mean.
         ({"word_embedding_dimension": 384, "pooling_mode_lasttoken": True}, "lasttoken"),
+        (
+            {"word_embedding_dimension": 384, "pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True},
+            "max+mean",
+        ),
         ({"word_embedding_dimension": 384}, "mean"),
+        # A list in the new key wins over the old flags, as sentence-transformers drops them.
+        ({"pooling_mode": "weightedmean", "pooling_mode_mean_tokens": True}, "weightedmean"),
     ],
 )
 def test_pooling_is_read_as_sentence_transformers_reads_it(tmp_path, layout, pooling):
     path = copy_model(tmp_path)
     set_pooling(layout)(path)
-    assert model_dir.resolve(str(path)).pooling == pooling
+    spec = model_dir.resolve(str(path))
+    assert spec.pooling == pooling
+    assert spec.dim == 384 * len(pooling.split("+"))  # each mode's vector, concatenated
+
+
+def test_the_default_models_fingerprint_stays_what_its_outputs_recorded():
+    """A change to how the fingerprint is spelled (a new setting, the pooling's modes) would refuse to resume,
+    or to append to, every output the model made before: a new setting appears only when it changes something."""
+    assert model_dir.resolve(None).fingerprint == "cc381bc84371d13b"
 
 
 def test_the_window_is_sentence_transformers_max_seq_length_whichever_file_holds_it(tmp_path):
@@ -213,9 +228,11 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
             add_layer_norm_module,
             "names a 'sentence_transformers.models.LayerNorm' module, which docembed does not implement",
         ),
-        (set_pooling({"pooling_mode": ["cls", "mean"]}), "pooling cls \\+ mean is not supported; docembed pools by"),
-        (set_pooling({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True}), "max \\+ mean"),
-        (set_pooling({"pooling_mode_max_tokens": True}), "pooling max is not supported"),
+        (
+            set_pooling({"pooling_mode": ["cls", "median"]}),
+            "pooling cls \\+ median is not supported; docembed pools by",
+        ),
+        (set_pooling({"pooling_mode": []}), "pooling  is not supported"),
         (transformer_in_a_subdirectory, "files are in 0_Transformer/"),
         (
             lambda p: edit_json(p, "config_sentence_transformers.json", lambda c: {**c, "default_prompt_name": "x"}),
@@ -389,6 +406,11 @@ def _modules(change):
         ),
         (lambda p: (p / "3_Dense" / "model.safetensors").unlink(), "3_Dense has no model.safetensors"),
         (_dense_config({"in_features": 32}), "in_features 32, but the sentence embedding before it has 48 dimensions"),
+        # Two pooling modes concatenated: the first Dense module's input is twice the encoder's width.
+        (
+            set_pooling({"pooling_mode": ["mean", "max"]}),
+            "2_Dense/config.json: in_features 48, but the sentence embedding before it has 96 dimensions",
+        ),
         (_dense_config({"out_features": 0}), "out_features 0 is not a positive whole number"),
         (_dense_config({"bias": "yes"}), "bias 'yes' is not true or false"),
         (_dense_config({"use_residual": True}), "use_residual True is not implemented"),
