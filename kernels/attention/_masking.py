@@ -1,4 +1,5 @@
-"""Which keys a query sees, and padding sequences to whole blocks.
+"""Which keys a query sees, what a relative position bias adds to its scores, and padding sequences
+to whole blocks.
 
 Query t sees key s when all of these hold (the contract of `attention`):
 - s < kv_lengths[b] (later keys are padding);
@@ -12,6 +13,8 @@ running max" is never inf - inf = NaN; a query that sees no key produces zeros.
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from kernels.attention._buckets import RelativeBias
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
@@ -32,6 +35,14 @@ def visible(
     if window is not None:
         mask &= jnp.abs(q_positions - k_positions) <= window
     return mask
+
+
+def relative_bias(bias: RelativeBias, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """float32 [N, Q, K]: `bias.table_NR[n, bucket(s - t)]` for query positions t [Q, 1] and key positions
+    s [K] (row positions, as `visible` takes them)."""
+    reach = bias.buckets.max_distance
+    bucket_QK = jnp.asarray(bias.buckets.of_distance)[jnp.clip(k_positions - q_positions, -reach, reach) + reach]
+    return jnp.asarray(bias.table_NR, jnp.float32)[:, bucket_QK]
 
 
 def pad_seq(x: jax.Array, multiple: int) -> jax.Array:
