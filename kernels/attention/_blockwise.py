@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from kernels.attention import _online_softmax
 from kernels.attention._buckets import RelativeBias
-from kernels.attention._masking import key_block_ranges, pad_seq, relative_bias, visible
+from kernels.attention._masking import bias_by_distance, key_block_ranges, pad_seq, relative_bias, visible
 from kernels.bfloat16_bits import as_bits, from_bits
 
 
@@ -68,6 +68,7 @@ def blockwise_attention(
     if segment_ids is not None:
         q_segments = pad_seq(segment_ids, block_q).reshape(batch, q_blocks, block_q, 1)
         k_segments = pad_seq(segment_ids, block_k).reshape(batch, -1, 1, block_k)
+    by_distance_ND = None if bias is None else bias_by_distance(bias)  # once, not per tile
 
     def attend(item):  # one batch row's block of queries [N, block_q, H] against its key blocks
         row, i, q_block, (first, end) = item
@@ -80,7 +81,7 @@ def blockwise_attention(
             k_segment = None if segment_ids is None else k_segments[row, j]
             valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window)
             k_block, v_block = from_bits(k_blocks[row, j]), from_bits(v_blocks[row, j])
-            tile_bias = None if bias is None else relative_bias(bias, q_positions, k_positions)
+            tile_bias = None if bias is None else relative_bias(by_distance_ND, q_positions, k_positions)
             return _online_softmax.step(state, q_block, k_block, v_block, valid, scale, bias=tile_bias, truncate=True)
 
         state = jax.lax.fori_loop(first, end, fold, _online_softmax.init(q_block))

@@ -37,12 +37,17 @@ def visible(
     return mask
 
 
-def relative_bias(bias: RelativeBias, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-    """float32 [N, Q, K]: `bias.table_NR[n, bucket(s - t)]` for query positions t [Q, 1] and key positions
-    s [K] (row positions, as `visible` takes them)."""
-    reach = bias.buckets.max_distance
-    bucket_QK = jnp.asarray(bias.buckets.of_distance)[jnp.clip(k_positions - q_positions, -reach, reach) + reach]
-    return jnp.asarray(bias.table_NR, jnp.float32)[:, bucket_QK]
+def bias_by_distance(bias: RelativeBias) -> jax.Array:
+    """float32 [N, 2 * max_distance + 1]: each head's bias for key - query distances -max_distance..max_distance,
+    which every longer distance shares with the nearest end (`RelativeBuckets.of_distance`)."""
+    return jnp.asarray(bias.table_NR, jnp.float32)[:, bias.buckets.of_distance]
+
+
+def relative_bias(by_distance_ND: jax.Array, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """float32 [N, Q, K]: the bias of `bias_by_distance` for query positions t [Q, 1] and key positions s [K]
+    (row positions, as `visible` takes them): one gather per tile."""
+    reach = by_distance_ND.shape[1] // 2
+    return by_distance_ND[:, jnp.clip(k_positions - q_positions, -reach, reach) + reach]
 
 
 def pad_seq(x: jax.Array, multiple: int) -> jax.Array:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from kernels.attention._buckets import RelativeBias
-from kernels.attention._masking import MASK_VALUE, relative_bias, visible
+from kernels.attention._masking import MASK_VALUE, bias_by_distance, relative_bias, visible
 from kernels.precision import MATMUL_PRECISION
 
 
@@ -30,7 +30,7 @@ def reference_attention(
     scores = scores * scale
     positions = jnp.arange(q.shape[1])[:, None], jnp.arange(k.shape[1])
     if bias is not None:
-        scores = scores + relative_bias(bias, *positions)
+        scores = scores + relative_bias(bias_by_distance(bias), *positions)
     if segment_ids is not None:
         segments = segment_ids[:, None, :, None], segment_ids[:, None, None, :]
     else:
