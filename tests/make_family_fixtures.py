@@ -1,7 +1,7 @@
 """Regenerates tests/fixtures/families/: tiny random-weight encoders of every family, with the
 hidden states and sentence embeddings transformers computes for them.
 
-Each model is built with transformers' own class (BertModel, XLMRobertaModel,
+Each model is built with transformers' own class (BertModel, XLMRobertaModel, MPNetModel,
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model
 prefix), given larger-than-default random weights so that attention is peaked
 and RoPE, windows and norms all show in the output, and saved as a
@@ -9,10 +9,12 @@ sentence-transformers model directory: config.json, weights in bfloat16 (one
 directory sharded with model.safetensors.index.json), tokenizer.json (a small WordPiece or
 Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
 sentence_bert_config.json, and for one model config_sentence_transformers.json
-with prompts. Beside each directory, NAME.npz holds the texts, their token ids,
-transformers' last hidden states (float32, each text run alone, unpadded) and
-the pooled embeddings that sentence-transformers' Pooling (and Normalize) make
-of them.
+with prompts. MPNet models get MPNet's tokenizer layout (WordPiece between <s> and </s>,
+RobertaProcessing, pad id 1) and a tokenizer_config.json naming MPNetTokenizer, and
+transformers' AutoTokenizer must give the ids recorded here. Beside each directory,
+NAME.npz holds the texts, their token ids, transformers' last hidden states
+(float32, each text run alone, unpadded) and the pooled embeddings that
+sentence-transformers' Pooling (and Normalize) make of them.
 
 Two families come as the hub publishes them, not as transformers saves them,
 and are written here from transformers' weights by the renaming that
@@ -30,7 +32,7 @@ global/local_rope_theta) and current transformers' (layer_types, rope_parameters
 Needs torch and transformers (`.venv-bench`, see the Makefile); the project and
 its tests do not: the fixtures are committed and the tests only read them.
 
-    .venv-bench/bin/python tests/make_family_fixtures.py
+    .venv-bench/bin/python tests/make_family_fixtures.py [NAME ...]   # all, or the fixtures named
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,6 +100,44 @@ def unigram_tokenizer() -> Tokenizer:
     return tok
 
 
+def mpnet_tokenizer() -> Tokenizer:
+    """MPNet-style, as all-mpnet-base-v2's tokenizer.json: lower-cased WordPiece between <s> and </s>
+    (RobertaProcessing), pad id 1 (positions start at 2), unknown [UNK]."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    special = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"]
+    tok.train_from_iterator(
+        corpus(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special, limit_alphabet=150)
+    )
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
+    return tok
+
+
+MPNET_TOKENIZER_CONFIG = {
+    "tokenizer_class": "MPNetTokenizer",
+    "do_lower_case": True,
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "sep_token": "</s>",
+    "cls_token": "<s>",
+    "unk_token": "[UNK]",
+    "pad_token": "<pad>",
+    "mask_token": "<mask>",
+    "model_max_length": 512,
+}
+
+
+def check_transformers_tokenizer(path: Path, texts: list[str], ids: np.ndarray) -> None:
+    """transformers' own tokenizer for the directory (MPNetTokenizer here) gives the ids recorded."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    theirs = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]
+    assert np.concatenate(theirs).tolist() == ids.tolist(), f"{path.name}: transformers' tokenizer differs"
+
+
 def _ntk_inv_freq(dim: int, base: float, scaling_factor: float, mixed_b: float | None = None) -> torch.Tensor:
     """Alibaba-NLP/new-impl's NTKScalingRotaryEmbedding._set_cos_sin_cache, as published: its cache is
     built for max_position_embeddings * scaling_factor positions, more than max_position_embeddings,
@@ -144,6 +185,7 @@ class Fixture:
 
 
 def _vocab(tokenizer: str) -> dict:
+    """The special ids of transformers' config: "unigram" and "mpnet" both <pad>, <s>, </s>."""
     tok = TOKENIZERS[tokenizer]
     if tokenizer == "wordpiece":
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("[PAD]"))
@@ -318,7 +360,7 @@ def gte_ntk_model(config, seed: int):
 
 
 def fixtures() -> list[Fixture]:
-    wp, ug = _vocab("wordpiece"), _vocab("unigram")
+    wp, ug, mp = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet")
     T = transformers
     return [
         Fixture(
@@ -397,6 +439,45 @@ def fixtures() -> list[Fixture]:
             ),
             "unigram",
             "mean",
+            False,
+        ),
+        Fixture(
+            "mpnet-base",
+            _base(
+                T.MPNetModel,
+                T.MPNetConfig(
+                    **mp,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    layer_norm_eps=1e-5,
+                ),
+                11,
+            ),
+            "mpnet",
+            "mean",
+            True,
+        ),
+        Fixture(
+            "mpnet-mlm-prefix",
+            _base(
+                T.MPNetForMaskedLM,
+                T.MPNetConfig(
+                    **mp,
+                    hidden_size=48,
+                    num_hidden_layers=3,
+                    num_attention_heads=6,
+                    intermediate_size=96,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    hidden_act="gelu_new",
+                ),
+                12,
+                "mpnet",
+            ),
+            "mpnet",
+            "cls",
             False,
         ),
         Fixture(
@@ -541,7 +622,7 @@ def fixtures() -> list[Fixture]:
     ]
 
 
-TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer()}
+TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer(), "mpnet": mpnet_tokenizer()}
 
 
 def sentence_transformers_files(path: Path, fx: Fixture, dim: int) -> None:
@@ -613,6 +694,9 @@ def make(fx: Fixture) -> None:
     if fx.rewrite:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
+    if fx.tokenizer == "mpnet":
+        (path / "tokenizer_config.json").write_text(json.dumps(MPNET_TOKENIZER_CONFIG, indent=2))
+        check_transformers_tokenizer(path, sample, result["ids"])
     sentence_transformers_files(path, fx, base.config.hidden_size)
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)
     print(
@@ -621,11 +705,13 @@ def make(fx: Fixture) -> None:
     )
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     torch.manual_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
     print(f"transformers {transformers.__version__}, torch {torch.__version__}")
-    for fx in fixtures():
+    chosen = [fx for fx in fixtures() if not names or fx.name in names]
+    assert len(chosen) == len(names) or not names, f"unknown fixtures among {names}"
+    for fx in chosen:
         make(fx)
     (OUT / "VERSIONS.txt").write_text(
         f"made by tests/make_family_fixtures.py with transformers "
@@ -634,4 +720,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
