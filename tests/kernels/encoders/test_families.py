@@ -23,6 +23,7 @@ from safetensors.numpy import load_file, save_file
 
 from kernels import encoders
 from kernels.dense import unavailable
+from pipeline import Embedder
 from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 from pipeline.text.tokenizer import Tokenizer
@@ -240,6 +241,15 @@ def test_mpnet_positions_start_after_pad_id_1_and_its_bias_has_32_buckets():
         assert load(name).params["embed"]["relative_bias_NR"].shape == (arch.num_heads, 32)
     config = json.loads((FAMILY_FIXTURES / "mpnet-base" / "config.json").read_text())
     assert encoders.config_from_hf(config | {"pad_token_id": 0}).position_offset == 2
+
+
+@pytest.mark.parametrize("name", ["mpnet-base", "mpnet-mlm-prefix"])
+def test_the_embedder_gives_transformers_embeddings_for_mpnet(name):
+    """The whole load path: MPNetTokenizer's settings from tokenizer_config.json, packed rows, auto attention."""
+    m = load(name)
+    got = Embedder.load(str(FAMILY_FIXTURES / name)).embed(m.texts())
+    for i, want in enumerate(m.ref["pooled"]):
+        assert cosine(got[i], want) >= COSINE, (name, i)
 
 
 def test_the_relative_bias_shows_in_the_fixture():
