@@ -82,6 +82,19 @@ CONFIGS = {
         "type_vocab_size": 1,
         "hidden_act": "gelu",
     },
+    # Its T5-style relative position bias runs on reference or blockwise attention only (kernels.attention).
+    "mpnet (all-mpnet-base-v2)": {
+        "model_type": "mpnet",
+        "vocab_size": 30527,
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+        "max_position_embeddings": 514,
+        "relative_attention_num_buckets": 32,
+        "layer_norm_eps": 1e-05,
+        "hidden_act": "gelu",
+    },
     "modernbert (ModernBERT-base)": {
         "model_type": "modernbert",
         "vocab_size": 50368,

@@ -1,7 +1,7 @@
 """Regenerates tests/fixtures/families/: tiny random-weight encoders of every family, with the
 hidden states and sentence embeddings transformers computes for them.
 
-Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel,
+Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel, MPNetModel,
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model
 prefix), given larger-than-default random weights so that attention is peaked
 and RoPE, windows and norms all show in the output, and saved as a
@@ -9,12 +9,16 @@ sentence-transformers model directory: config.json, weights in bfloat16 (one
 directory sharded with model.safetensors.index.json), tokenizer.json (a small WordPiece or
 Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
 sentence_bert_config.json, and for one model config_sentence_transformers.json
-with prompts. Beside each directory, NAME.npz holds the texts, their token ids,
-transformers' last hidden states (float32, each text run alone, unpadded) and
-the pooled embeddings that sentence-transformers' Pooling (and Dense, and Normalize) make
-of them. One model has Dense modules after its Pooling (2_Dense/, 3_Dense/: config.json
-and model.safetensors, written by sentence-transformers' own Dense) and a
-tokenizer_config.json naming DistilBertTokenizer; its NAME.npz also holds
+with prompts. MPNet models get MPNet's tokenizer layout (WordPiece between <s> and </s>,
+RobertaProcessing, pad id 1) and a tokenizer_config.json naming MPNetTokenizer, and
+transformers' AutoTokenizer must give the ids recorded here. Beside each directory,
+NAME.npz holds the texts, their token ids, transformers' last hidden states
+(float32, each text run alone, unpadded) and the pooled embeddings that
+sentence-transformers' Pooling (and Dense, and Normalize) make of them. One model
+has Dense modules after its Pooling (2_Dense/, 3_Dense/: config.json and
+model.safetensors, written by sentence-transformers' own Dense) and a
+tokenizer_config.json naming DistilBertTokenizer, and one pools by three modes that
+only sentence-transformers' own Pooling computes here; their NAME.npz also holds
 `st_encoded`, what sentence-transformers' encode() makes of the texts from the
 saved directory, all texts in one padded batch.
 
@@ -34,7 +38,7 @@ global/local_rope_theta) and current transformers' (layer_types, rope_parameters
 Needs torch and transformers (`.venv-bench`, see the Makefile); the project and
 its tests do not: the fixtures are committed and the tests only read them.
 
-    .venv-bench/bin/python tests/make_family_fixtures.py [NAME ...]
+    .venv-bench/bin/python tests/make_family_fixtures.py [NAME ...]   # all, or the fixtures named
 """
 
 from __future__ import annotations
@@ -102,6 +106,44 @@ def unigram_tokenizer() -> Tokenizer:
     return tok
 
 
+def mpnet_tokenizer() -> Tokenizer:
+    """MPNet-style, as all-mpnet-base-v2's tokenizer.json: lower-cased WordPiece between <s> and </s>
+    (RobertaProcessing), pad id 1 (positions start at 2), unknown [UNK]."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    special = ["<s>", "<pad>", "</s>", "<unk>", "[UNK]", "<mask>"]
+    tok.train_from_iterator(
+        corpus(), trainers.WordPieceTrainer(vocab_size=400, special_tokens=special, limit_alphabet=150)
+    )
+    tok.post_processor = processors.RobertaProcessing(
+        ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    )
+    return tok
+
+
+MPNET_TOKENIZER_CONFIG = {
+    "tokenizer_class": "MPNetTokenizer",
+    "do_lower_case": True,
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "sep_token": "</s>",
+    "cls_token": "<s>",
+    "unk_token": "[UNK]",
+    "pad_token": "<pad>",
+    "mask_token": "<mask>",
+    "model_max_length": 512,
+}
+
+
+def check_transformers_tokenizer(path: Path, texts: list[str], ids: np.ndarray) -> None:
+    """transformers' own tokenizer for the directory (MPNetTokenizer here) gives the ids recorded."""
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+    theirs = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]
+    assert np.concatenate(theirs).tolist() == ids.tolist(), f"{path.name}: transformers' tokenizer differs"
+
+
 def _ntk_inv_freq(dim: int, base: float, scaling_factor: float, mixed_b: float | None = None) -> torch.Tensor:
     """Alibaba-NLP/new-impl's NTKScalingRotaryEmbedding._set_cos_sin_cache, as published: its cache is
     built for max_position_embeddings * scaling_factor positions, more than max_position_embeddings,
@@ -154,6 +196,7 @@ class Fixture:
 
 
 def _vocab(tokenizer: str) -> dict:
+    """The special ids of transformers' config: "unigram" and "mpnet" both <pad>, <s>, </s>."""
     tok = TOKENIZERS[tokenizer]
     if tokenizer == "wordpiece":
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("[PAD]"))
@@ -328,7 +371,7 @@ def gte_ntk_model(config, seed: int):
 
 
 def fixtures() -> list[Fixture]:
-    wp, ug = _vocab("wordpiece"), _vocab("unigram")
+    wp, ug, mp = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet")
     T = transformers
     return [
         Fixture(
@@ -464,6 +507,47 @@ def fixtures() -> list[Fixture]:
             "unigram",
             "mean",
             False,
+        ),
+        Fixture(
+            "mpnet-base",
+            _base(
+                T.MPNetModel,
+                T.MPNetConfig(
+                    **mp,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    layer_norm_eps=1e-5,
+                ),
+                11,
+            ),
+            "mpnet",
+            "mean",
+            True,
+            tokenizer_config=MPNET_TOKENIZER_CONFIG,
+        ),
+        Fixture(
+            "mpnet-mlm-prefix",
+            _base(
+                T.MPNetForMaskedLM,
+                T.MPNetConfig(
+                    **mp,
+                    hidden_size=48,
+                    num_hidden_layers=3,
+                    num_attention_heads=6,
+                    intermediate_size=96,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    hidden_act="gelu_new",
+                ),
+                12,
+                "mpnet",
+            ),
+            "mpnet",
+            "cls",
+            False,
+            tokenizer_config=MPNET_TOKENIZER_CONFIG,
         ),
         Fixture(
             "modernbert-hub-config",
@@ -607,7 +691,7 @@ def fixtures() -> list[Fixture]:
     ]
 
 
-TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer()}
+TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer(), "mpnet": mpnet_tokenizer()}
 
 
 def sentence_transformers_files(path: Path, fx: Fixture, dim: int, dense: list[torch.nn.Module]) -> None:
@@ -741,6 +825,8 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
+    if fx.tokenizer == "mpnet":
+        check_transformers_tokenizer(path, sample, result["ids"])
     if dense or fx.pooling not in SIMPLE_POOLING:
         result["st_encoded"] = st_encode(path, sample)
         assert np.abs(result["st_encoded"] - result["pooled"]).max() < 1e-5, "sentence-transformers differs"

@@ -11,6 +11,9 @@ row and query block, so the loops are sequential with dynamic trip counts: a
 `lax.cond` or a batched loop would run under `vmap` as a select over every block
 and save nothing. A packed row then costs the sum of its squared sequence
 lengths, a window layer T * window. Forward only: nothing saved per step.
+
+A relative position bias is gathered per tile from its distances, never as the
+whole [T, S] matrix.
 """
 
 import dataclasses
@@ -19,7 +22,8 @@ import jax
 import jax.numpy as jnp
 
 from kernels.attention import _online_softmax
-from kernels.attention._masking import key_block_ranges, pad_seq, visible
+from kernels.attention._buckets import RelativeBias
+from kernels.attention._masking import bias_by_distance, key_block_ranges, pad_seq, relative_bias, visible
 from kernels.bfloat16_bits import as_bits, from_bits
 
 
@@ -41,6 +45,7 @@ def blockwise_attention(
     *,
     scale: float,
     window: int | None = None,
+    bias: RelativeBias | None = None,
     blocks: BlockwiseBlocks = BlockwiseBlocks(),
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
@@ -63,6 +68,7 @@ def blockwise_attention(
     if segment_ids is not None:
         q_segments = pad_seq(segment_ids, block_q).reshape(batch, q_blocks, block_q, 1)
         k_segments = pad_seq(segment_ids, block_k).reshape(batch, -1, 1, block_k)
+    by_distance_ND = None if bias is None else bias_by_distance(bias)  # once, not per tile
 
     def attend(item):  # one batch row's block of queries [N, block_q, H] against its key blocks
         row, i, q_block, (first, end) = item
@@ -75,7 +81,8 @@ def blockwise_attention(
             k_segment = None if segment_ids is None else k_segments[row, j]
             valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window)
             k_block, v_block = from_bits(k_blocks[row, j]), from_bits(v_blocks[row, j])
-            return _online_softmax.step(state, q_block, k_block, v_block, valid, scale, truncate=True)
+            tile_bias = None if bias is None else relative_bias(by_distance_ND, q_positions, k_positions)
+            return _online_softmax.step(state, q_block, k_block, v_block, valid, scale, bias=tile_bias, truncate=True)
 
         state = jax.lax.fori_loop(first, end, fold, _online_softmax.init(q_block))
         return _online_softmax.finish(state)

@@ -15,7 +15,8 @@ import numpy as np
 
 from kernels.attention import _platform
 from kernels.attention._blockwise import blockwise_attention
-from kernels.attention._impls import IMPLS, PLATFORMS, runs_on
+from kernels.attention._buckets import RelativeBias, RelativeBuckets
+from kernels.attention._impls import IMPLS, PLATFORMS, RELATIVE_BIAS_IMPLS, runs_on
 from kernels.attention._jax_shipped import cudnn_attention, tpu_flash_attention, tpu_splash_attention
 from kernels.attention._pallas import pallas_attention
 from kernels.attention._reference import reference_attention
@@ -42,6 +43,7 @@ class Problem:
     head_dim: int
     segments: bool  # segment ids given (packed rows)
     window: int | None
+    relative: RelativeBuckets | None  # how a relative position bias buckets distances, where one is added
     # Inside jax.shard_map with check_vma=True: q varies over some mesh axes and
     # every kernel output must say so.
     varying: bool
@@ -90,6 +92,7 @@ def _cudnn_limits(problem: Problem) -> str | None:
 
 @dataclasses.dataclass(frozen=True)
 class _Impl:
+    name: str
     fn: Callable[..., jax.Array]
     platforms: frozenset[str] | None  # None: every platform
     limits: Callable[[Problem], str | None] = _no_limits
@@ -97,6 +100,8 @@ class _Impl:
     def why_not(self, problem: Problem) -> str | None:
         if self.platforms is not None and problem.platform not in self.platforms:
             return f"needs {' or '.join(sorted(self.platforms)).upper()}, platform is {problem.platform!r}"
+        if problem.relative is not None and self.name not in RELATIVE_BIAS_IMPLS:
+            return f"it adds no relative position bias (MPNet's); {' and '.join(sorted(RELATIVE_BIAS_IMPLS))} do"
         return self.limits(problem)
 
 
@@ -108,7 +113,9 @@ _FNS_AND_LIMITS: dict[str, tuple[Callable[..., jax.Array], Callable[[Problem], s
     "tpu_splash": (tpu_splash_attention, _tpu_kernel_limits),
     "cudnn": (cudnn_attention, _cudnn_limits),
 }
-_IMPLS: dict[str, _Impl] = {name: _Impl(fn, PLATFORMS[name], limits) for name, (fn, limits) in _FNS_AND_LIMITS.items()}
+_IMPLS: dict[str, _Impl] = {
+    name: _Impl(name, fn, PLATFORMS[name], limits) for name, (fn, limits) in _FNS_AND_LIMITS.items()
+}
 
 
 def available_impls() -> list[str]:
@@ -124,6 +131,8 @@ def _auto_candidates(problem: Problem) -> list[str]:
         kernels = ["cudnn", "pallas", "blockwise"] if problem.dtype in HALF_DTYPES else ["pallas", "blockwise"]
     else:
         kernels = ["blockwise"]
+    if problem.relative is not None:  # only these can: no warning for the kernels that cannot
+        kernels = [name for name in kernels if name in RELATIVE_BIAS_IMPLS]
     if problem.kv_seq <= SHORT_KV_SEQ.get(problem.platform, 0):
         return ["reference", *kernels]
     return [*kernels, "reference"]
@@ -145,6 +154,7 @@ def ran() -> list[dict]:
             "head_dim": p.head_dim,
             "packed": p.segments,
             "window": p.window,
+            "relative_bias": p.relative is not None,
         }
         for p, name in _ran.items()
     ]
@@ -158,8 +168,10 @@ def _log_once(level: int, message: str) -> None:
 
 def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
     candidates = _auto_candidates(problem)
-    masks = (", segment ids" if problem.segments else "") + (
-        f", window {problem.window}" if problem.window is not None else ""
+    masks = (
+        (", segment ids" if problem.segments else "")
+        + (f", window {problem.window}" if problem.window is not None else "")
+        + (", relative position bias" if problem.relative is not None else "")
     )
     where = (
         f"attention(impl='auto') on {problem.platform}, {problem.dtype.name}, "
@@ -190,6 +202,7 @@ def _check_args(
     kv_lengths: jax.Array | None,
     segment_ids: jax.Array | None,
     window: int | None,
+    relative_bias: RelativeBias | None,
 ) -> None:
     if q.ndim != 4 or k.shape != v.shape or k.ndim != 4:
         raise ValueError(
@@ -218,6 +231,15 @@ def _check_args(
             )
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 0):
         raise ValueError(f"window must be a Python int >= 0 or None; got {window!r}")
+    if relative_bias is not None and (
+        not isinstance(relative_bias, RelativeBias)
+        or not isinstance(relative_bias.buckets, RelativeBuckets)
+        or jnp.shape(relative_bias.table_NR) != (q.shape[2], relative_bias.buckets.num_buckets)
+    ):
+        raise ValueError(
+            f"relative_bias must be a RelativeBias of a table [heads, num_buckets] and RelativeBuckets, "
+            f"{q.shape[2]} heads here; got {relative_bias!r:.200}"
+        )
 
 
 def attention(
@@ -228,6 +250,7 @@ def attention(
     kv_lengths: jax.Array | None = None,
     segment_ids: jax.Array | None = None,
     window: int | None = None,
+    relative_bias: RelativeBias | None = None,
     impl: str = "auto",
     scale: float | None = None,
 ) -> jax.Array:
@@ -245,13 +268,17 @@ def attention(
     |t - s| <= window. All restrictions combine; a query that sees no key comes
     out as zeros.
 
+    relative_bias (`RelativeBias`: a table [heads, num_buckets] and its `RelativeBuckets`) adds
+    table[n, bucket(s - t)] to the scaled score of query t and key s, in row positions (MPNet's T5-style
+    bias); only reference and blockwise take it.
+
     impl is "auto" or one of `IMPLS`; see `available_impls()`.
     Traceable under `jax.jit` and `jax.shard_map` (the platform is read at trace
     time).
     """
     kv_lengths = None if kv_lengths is None else jnp.asarray(kv_lengths)
     segment_ids = None if segment_ids is None else jnp.asarray(segment_ids)
-    _check_args(q, k, v, kv_lengths, segment_ids, window)
+    _check_args(q, k, v, kv_lengths, segment_ids, window, relative_bias)
     batch, kv_seq, _, head_dim = k.shape
     kv_lengths = jnp.full((batch,), kv_seq, jnp.int32) if kv_lengths is None else kv_lengths.astype(jnp.int32)
     segment_ids = None if segment_ids is None else segment_ids.astype(jnp.int32)
@@ -260,12 +287,15 @@ def attention(
     window = None if window is None or window >= max(q.shape[1], kv_seq) else int(window)
     scale = float(head_dim**-0.5 if scale is None else scale)
     varying = bool(jax.typeof(q).manual_axis_type.varying)
+    relative = None if relative_bias is None else relative_bias.buckets
     problem = Problem(
-        _platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window, varying
+        _platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window, relative, varying
     )
+    # Only to the implementations that take it: `why_not` refuses it to the others.
+    bias = {} if relative_bias is None else {"bias": relative_bias}
 
     def run(name: str) -> jax.Array:
-        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window)
+        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window, **bias)
 
     if impl == "auto":
         return _run_auto(problem, run)

@@ -17,6 +17,9 @@ PLATFORMS: dict[str, frozenset[str] | None] = {  # None: every platform
     "cudnn": frozenset({"gpu"}),
 }
 IMPLS = tuple(PLATFORMS)
+# The implementations that add a relative position bias (MPNet's): the plain-JAX ones, which gather it per
+# tile. The others' scores live inside kernels that take no additive term.
+RELATIVE_BIAS_IMPLS = frozenset({"reference", "blockwise"})
 
 
 def runs_on(impl: str, platform: str) -> bool:

@@ -1,4 +1,5 @@
-"""Which keys a query sees, and padding sequences to whole blocks.
+"""Which keys a query sees, what a relative position bias adds to its scores, and padding sequences
+to whole blocks.
 
 Query t sees key s when all of these hold (the contract of `attention`):
 - s < kv_lengths[b] (later keys are padding);
@@ -12,6 +13,8 @@ running max" is never inf - inf = NaN; a query that sees no key produces zeros.
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from kernels.attention._buckets import RelativeBias
 
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 
@@ -32,6 +35,19 @@ def visible(
     if window is not None:
         mask &= jnp.abs(q_positions - k_positions) <= window
     return mask
+
+
+def bias_by_distance(bias: RelativeBias) -> jax.Array:
+    """float32 [N, 2 * max_distance + 1]: each head's bias for key - query distances -max_distance..max_distance,
+    which every longer distance shares with the nearest end (`RelativeBuckets.of_distance`)."""
+    return jnp.asarray(bias.table_NR, jnp.float32)[:, bias.buckets.of_distance]
+
+
+def relative_bias(by_distance_ND: jax.Array, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """float32 [N, Q, K]: the bias of `bias_by_distance` for query positions t [Q, 1] and key positions s [K]
+    (row positions, as `visible` takes them): one gather per tile."""
+    reach = by_distance_ND.shape[1] // 2
+    return by_distance_ND[:, jnp.clip(k_positions - q_positions, -reach, reach) + reach]
 
 
 def pad_seq(x: jax.Array, multiple: int) -> jax.Array:

@@ -40,11 +40,21 @@ def _batched_dot(a: jax.Array, b: jax.Array, a_axis: int, b_axis: int) -> jax.Ar
 
 
 def step(
-    state: State, q: jax.Array, k: jax.Array, v: jax.Array, valid: jax.Array, scale: float, *, truncate: bool = False
+    state: State,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    valid: jax.Array,
+    scale: float,
+    *,
+    bias: jax.Array | None = None,
+    truncate: bool = False,
 ) -> State:
-    """Folds one block of keys/values into the state. `truncate`: bfloat16 weights rounded toward
-    zero (`kernels.bfloat16_bits.truncate`), for XLA:CPU, where rounding to nearest costs a pass."""
-    s = jnp.where(valid, _batched_dot(q, k, -1, -1) * scale, MASK_VALUE)
+    """Folds one block of keys/values into the state. `bias`: float32, broadcastable to the scores, added
+    after the scale (a relative position bias). `truncate`: bfloat16 weights rounded toward zero
+    (`kernels.bfloat16_bits.truncate`), for XLA:CPU, where rounding to nearest costs a pass."""
+    s = _batched_dot(q, k, -1, -1) * scale
+    s = jnp.where(valid, s if bias is None else s + bias, MASK_VALUE)
     m = jnp.maximum(state.m, s.max(axis=-1, keepdims=True))
     correction = jnp.exp(state.m - m)
     # A masked score weighs exp(MASK_VALUE - m) = 0 once the row has seen a valid key. Until then

@@ -2,13 +2,15 @@
 
 It materialises the [B, N, T, S] score matrix, so memory is quadratic in sequence
 length; for short sequences that is also often the fastest thing on any chip.
-Segment ids and the window are one more term of the mask.
+Segment ids and the window are one more term of the mask; a relative position bias is
+added to the whole score matrix.
 """
 
 import jax
 import jax.numpy as jnp
 
-from kernels.attention._masking import MASK_VALUE, visible
+from kernels.attention._buckets import RelativeBias
+from kernels.attention._masking import MASK_VALUE, bias_by_distance, relative_bias, visible
 from kernels.precision import MATMUL_PRECISION
 
 
@@ -21,15 +23,18 @@ def reference_attention(
     *,
     scale: float,
     window: int | None,
+    bias: RelativeBias | None = None,
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
     scores = jnp.einsum("btnh,bsnh->bnts", q, k, precision=MATMUL_PRECISION, preferred_element_type=jnp.float32)
     scores = scores * scale
+    positions = jnp.arange(q.shape[1])[:, None], jnp.arange(k.shape[1])
+    if bias is not None:
+        scores = scores + relative_bias(bias_by_distance(bias), *positions)
     if segment_ids is not None:
         segments = segment_ids[:, None, :, None], segment_ids[:, None, None, :]
     else:
         segments = None, None
-    positions = jnp.arange(q.shape[1])[:, None], jnp.arange(k.shape[1])
     valid = visible(*positions, kv_lengths[:, None, None, None], *segments, window)
     scores = jnp.where(valid, scores, MASK_VALUE)
     weights = jnp.where(valid, jnp.exp(scores - scores.max(axis=-1, keepdims=True)), 0.0)

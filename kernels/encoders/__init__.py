@@ -1,4 +1,4 @@
-"""Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, ModernBERT, NomicBERT, GTE.
+"""Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, MPNet, ModernBERT, NomicBERT, GTE.
 
     cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from kernels.encoders import bert, distilbert, gte, modernbert, nomic_bert, xlm_roberta
+from kernels.attention._buckets import RelativeBuckets
+from kernels.encoders import bert, distilbert, gte, modernbert, mpnet, nomic_bert, xlm_roberta
 from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
 from kernels.encoders._config import (
     POOLING_MODES,
@@ -58,13 +59,16 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-FAMILIES: dict[str, ModuleType] = {m.FAMILY: m for m in (bert, distilbert, xlm_roberta, modernbert, nomic_bert, gte)}
+FAMILIES: dict[str, ModuleType] = {
+    m.FAMILY: m for m in (bert, distilbert, xlm_roberta, mpnet, modernbert, nomic_bert, gte)
+}
 # config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
 MODEL_TYPES = {
     "bert": "bert",
     "distilbert": "distilbert",
     "xlm-roberta": "xlm-roberta",
     "roberta": "xlm-roberta",
+    "mpnet": "mpnet",
     "modernbert": "modernbert",
     "nomic_bert": "nomic_bert",
     "gte": "gte",
@@ -76,6 +80,7 @@ ARCHITECTURES = {
     "DistilBert": "distilbert",
     "XLMRoberta": "xlm-roberta",
     "Roberta": "xlm-roberta",
+    "MPNet": "mpnet",
     "ModernBert": "modernbert",
     "NomicBert": "nomic_bert",
     "Gte": "gte",
@@ -138,6 +143,7 @@ __all__ = [
     "LayerKind",
     "ModelConfig",
     "Params",
+    "RelativeBuckets",
     "Rope",
     "UnsupportedModel",
     "WindowTooLong",

@@ -8,7 +8,7 @@ Shape letters used in names and docstrings:
 
 Every family maps its checkpoint onto the same pytree:
 
-  embed:  word_VD, [position_PD], [token_type_D], ln_scale_D, [ln_bias_D]
+  embed:  word_VD, [position_PD], [token_type_D], ln_scale_D, [ln_bias_D], [relative_bias_NR]
   layers: qkv_LDXNH [qkv_bias_LXNH]   out_LNHD [out_bias_LD]
           ln1_scale_LD [ln1_bias_LD]   up_LDF [up_bias_LF] [gate_LDF [gate_bias_LF]]
           down_LFD [down_bias_LD]      ln2_scale_LD [ln2_bias_LD]
@@ -19,7 +19,8 @@ has none); the forward pass adds what is there. Every projection is a
 `kernels.dense` call: its bias and the MLP's activation go with it, to the
 implementation the dispatch chose. The families differ in what the
 config says: post- or pre-norm, plain or gated MLP, learned positions or RoPE
-(theta and scaling per layer), and a sliding window per layer.
+(theta and scaling per layer), a sliding window per layer, and MPNet's relative
+position bias, one table shared by every layer's attention.
 
 Layers are stacked along L and run with one `lax.scan`, so a model of any depth
 compiles one layer body. Where layers differ in how they attend (ModernBERT:
@@ -44,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from kernels.attention import attention
+from kernels.attention import RelativeBias, attention
 from kernels.attention._platform import platform
 from kernels.bfloat16_bits import as_bits, from_bits
 from kernels.dense import dense
@@ -69,6 +70,7 @@ AXES = {
     # projects its own rows' sequences.
     "I": "projection_in",
     "O": "projection_out",
+    "R": "buckets",  # of a relative position bias's distances
 }
 
 
@@ -213,10 +215,12 @@ def attention_operands(q_BTNH, k_BTNH, v_BTNH, matmul_dtype, tokens_BT):
     return q_BTNH.astype(matmul_dtype), (k_BTNH - mean_B1NH).astype(matmul_dtype), v_BTNH.astype(matmul_dtype)
 
 
-def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_impl: str):
+def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_impl: str, relative_bias_NR=None):
     """attend(q, k, v, matmul_dtype, kind_index): the attention of each distinct layer kind, RoPE
-    included, its dots in `matmul_dtype` (`attention_operands`)."""
+    included, its dots in `matmul_dtype` (`attention_operands`); every kind adds the model's relative
+    position bias, where it has one."""
     tokens_BT = segments_BT != 0
+    bias = None if cfg.relative_buckets is None else RelativeBias(relative_bias_NR, cfg.relative_buckets)
     # Once per forward pass, outside the layers' loop.
     tables = [
         None if kind.rope is None else rope_tables(positions_BT, kind.rope.inv_freq(cfg.head_dim)) for kind in cfg.kinds
@@ -227,7 +231,9 @@ def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_im
             if rope is not None:
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
             q, k, v = attention_operands(q, k, v, matmul_dtype, tokens_BT)
-            return attention(q, k, v, segment_ids=segments_BT, window=kind.window, impl=attention_impl)
+            return attention(
+                q, k, v, segment_ids=segments_BT, window=kind.window, relative_bias=bias, impl=attention_impl
+            )
 
         return attend
 
@@ -266,7 +272,7 @@ def forward(
     the rules say) and the result is this device's rows, replicated over the
     heads/F mesh axis.
     """
-    attend = _attention_by_kind(segments_BT, positions_BT, cfg, attention_impl)
+    attend = _attention_by_kind(segments_BT, positions_BT, cfg, attention_impl, params["embed"].get("relative_bias_NR"))
     rotary = any(kind.rope is not None for kind in cfg.kinds)
     kind_of_layer_L = jnp.asarray([cfg.kinds.index(kind) for kind in cfg.layer_kinds], jnp.int32)
     eps = cfg.norm_eps
@@ -340,6 +346,8 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
         embed["position_PD"] = normal(cfg.max_tokens + cfg.position_offset, D)
     if cfg.type_vocab_size:
         embed["token_type_D"] = normal(D)
+    if cfg.relative_buckets is not None:
+        embed["relative_bias_NR"] = normal(N, cfg.relative_buckets.num_buckets)
     layers = {"qkv_LDXNH": normal(L, D, 3, N, H), **bias("qkv", "qkv_bias_LXNH", L, 3, N, H)}
     layers |= {
         "out_LNHD": normal(L, N, H, D),

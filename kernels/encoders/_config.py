@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from kernels.attention._buckets import RelativeBuckets
 from kernels.encoders._values import integer
 
 Params = dict[str, Any]
@@ -114,6 +115,9 @@ class ModelConfig:
     type_vocab_size: int = 0  # token type embeddings (type 0 is added) when > 0
     # Which modules have biases: "qkv", "out" (attention), "mlp_in", "mlp_out", "norm".
     biases: frozenset[str] = ALL_BIASES
+    # MPNet's T5-style relative position bias: one table [heads, buckets] shared by every layer, added to
+    # every layer's scores (the parameter `relative_bias_NR`).
+    relative_buckets: RelativeBuckets | None = None
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:

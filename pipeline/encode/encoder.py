@@ -59,7 +59,7 @@ class Encoder:
         rules = cfg.sharding
         self.dtype = compute_dtype(cfg.dtype, devices[0].platform)
         activations = activation_dtype(self.dtype, devices[0].platform)
-        _check_kernels(cfg, devices[0].platform)
+        _check_kernels(cfg, spec, devices[0].platform)
 
         params = encoders.cast_params(load_params(spec), jnp.dtype(self.dtype), jnp.dtype(activations))
         params["layers"] = encoders.bfloat16_as_bits(params["layers"])  # as forward scans them
@@ -132,10 +132,10 @@ def _head(pooled_BSD, projections, activations, normalize: bool, truncate_dim: i
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
 
-def _check_kernels(cfg: EncoderConfig, platform: str) -> None:
+def _check_kernels(cfg: EncoderConfig, spec: ModelSpec, platform: str) -> None:
     """ConfigError now, where a named attention or dense kernel cannot run here, not a ValueError at the
     first call's trace (the job's driver checks both before it starts, with the same checks)."""
-    check_attention(cfg.attention, platform, platform)
+    check_attention(cfg.attention, platform, platform, spec)
     check_dense(cfg, platform, platform)
 
 

@@ -134,5 +134,5 @@ def check_encoders(placement: EncoderPlacement, encoder: EncoderConfig, spec: Mo
     splits evenly over any data axis (`pipeline.encode.batching`).
     """
     check_mesh(spec, encoder, placement.devices_per_actor, f"each {placement.kind} encoder actor")
-    check_attention(encoder.attention, placement.kind, f"the {placement.kind} encoder actors")
+    check_attention(encoder.attention, placement.kind, f"the {placement.kind} encoder actors", spec)
     check_dense(encoder, placement.kind, f"the {placement.kind} encoder actors")

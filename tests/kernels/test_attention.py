@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.attention import attention, available_impls, tpu_interpret_mode
+from kernels.attention import RelativeBias, RelativeBuckets, attention, available_impls, tpu_interpret_mode
 from kernels.attention._blockwise import BlockwiseBlocks, blockwise_attention
 from kernels.attention._pallas import PallasBlocks, pallas_attention
 
@@ -35,12 +35,23 @@ def _cases() -> list:
     return cases
 
 
-def attention_float64(q, k, v, kv_lengths, scale: float, segment_ids=None, window=None) -> np.ndarray:
+# transformers' MPNetEncoder.relative_position_bucket (32 buckets, max_distance 128) of key - query distances
+# -300..300, computed once with .venv-bench, as (bucket, how many distances in a row).
+TRANSFORMERS_BUCKET_RUNS = [
+    (15, 210), (14, 27), (13, 18), (12, 14), (11, 9), (10, 7), (9, 4), (8, 4), (7, 1), (6, 1), (5, 1), (4, 1),
+    (3, 1), (2, 1), (1, 1), (0, 1), (17, 1), (18, 1), (19, 1), (20, 1), (21, 1), (22, 1), (23, 1), (24, 4),
+    (25, 4), (26, 7), (27, 9), (28, 14), (29, 18), (30, 27), (31, 210),
+]  # fmt: skip
+TRANSFORMERS_BUCKETS = np.repeat(*np.array(TRANSFORMERS_BUCKET_RUNS).T)  # [601]: distance d at d + 300
+
+
+def attention_float64(q, k, v, kv_lengths, scale: float, segment_ids=None, window=None, bias=None) -> np.ndarray:
     """The oracle, independent of the code under test: 'BTNH' float64.
 
     Query t of row b sees key s iff s < kv_lengths[b], segment_ids[b, t] ==
     segment_ids[b, s] (if given) and |t - s| <= window (if given); a query that
-    sees nothing gets zeros.
+    sees nothing gets zeros. `bias`: a table [N, 32] added to the scaled scores
+    at transformers' bucket of s - t.
     """
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
     out = np.zeros(q.shape, np.float64)
@@ -52,7 +63,10 @@ def attention_float64(q, k, v, kv_lengths, scale: float, segment_ids=None, windo
             sees = sees & (ids[:, None] == ids[None, :])
         if window is not None:
             sees = sees & (np.abs(t - s) <= window)
-        scores = np.where(sees, np.einsum("tnh,snh->nts", q[b], k[b]) * scale, -np.inf)
+        scores = np.einsum("tnh,snh->nts", q[b], k[b]) * scale
+        if bias is not None:
+            scores = scores + np.asarray(bias, np.float64)[:, TRANSFORMERS_BUCKETS[s - t + 300]]
+        scores = np.where(sees, scores, -np.inf)
         top = scores.max(axis=-1, keepdims=True)
         weights = np.exp(scores - np.where(np.isfinite(top), top, 0))
         total = weights.sum(axis=-1, keepdims=True)
@@ -78,12 +92,12 @@ def make_inputs(rng, batch, q_seq, kv_seq, heads, head_dim, dtype, logit_scale=1
     return (*(jnp.asarray(x, dtype) for x in (q, k, v)), jnp.asarray(lengths))
 
 
-def check(out, q, k, v, lengths, scale, dtype, what, tolerance=None, segment_ids=None, window=None):
+def check(out, q, k, v, lengths, scale, dtype, what, tolerance=None, segment_ids=None, window=None, bias=None):
     assert out.shape == q.shape and out.dtype == dtype, (what, out.shape, out.dtype)
     out = np.asarray(out.astype(jnp.float32), np.float64)
     assert np.isfinite(out).all(), f"{what}: NaN or Inf in output"
     assert (out[np.asarray(lengths) == 0] == 0).all(), f"{what}: rows without keys must be zeros"
-    expected = attention_float64(q, k, v, lengths, scale, segment_ids, window)
+    expected = attention_float64(q, k, v, lengths, scale, segment_ids, window, bias)
     np.testing.assert_allclose(out, expected, err_msg=what, **(tolerance or TOLERANCES[dtype]))
 
 
@@ -272,3 +286,82 @@ def test_scattered_segments_with_kv_lengths(seeded_rng, impl, emulated):
     out = run_or_skip(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window)
     what = f"{impl} scattered window {window}"
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window)
+
+
+# --- a relative position bias (MPNet's) ----------------------------------------------------------------
+
+
+def test_buckets_match_transformers():
+    buckets = RelativeBuckets(32, 128)
+    distances = np.arange(-300, 301)
+    ours = buckets.of_distance[np.clip(distances, -128, 128) + 128]
+    np.testing.assert_array_equal(ours, TRANSFORMERS_BUCKETS)
+
+
+def bias_table(rng, heads=2, dtype=jnp.float32):
+    """Large enough to move the softmax: a few units apart between buckets."""
+    return jnp.asarray(2.0 * rng.standard_normal((heads, 32)), dtype)
+
+
+def with_bias(table):
+    return RelativeBias(table, RelativeBuckets(32, 128))
+
+
+@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+@pytest.mark.parametrize("dtype, window", [(jnp.float32, None), (jnp.float32, 5), (jnp.bfloat16, 40)])
+def test_relative_bias_with_segments_window_and_padding(seeded_rng, impl, dtype, window):
+    """200 tokens, not a whole number of blocks; packed rows, one with scattered ids; all 200 apart and more
+    than 128, where distances share the last bucket."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, dtype)
+    lengths = jnp.asarray([200, 200, 150, 61], jnp.int32)
+    table = bias_table(seeded_rng, dtype=dtype)
+    out = run(impl, False, q, k, v, lengths, segment_ids=segments, window=window, relative_bias=with_bias(table))
+    what = f"{impl} relative bias window {window} {dtype.__name__}"
+    check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window, bias=table)
+
+
+@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+def test_relative_bias_in_cross_attention_and_padding(seeded_rng, impl):
+    """Queries and keys of different odd lengths, rows of no keys and of one."""
+    q, k, v, lengths = make_inputs(seeded_rng, 5, 75, 301, 3, 16, jnp.float32)
+    table = bias_table(seeded_rng, heads=3)
+    out = run(impl, False, q, k, v, lengths, relative_bias=with_bias(table))
+    check(out, q, k, v, lengths, 16**-0.5, jnp.float32, f"{impl} cross relative bias", bias=table)
+
+
+@pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
+def test_relative_bias_over_many_small_blocks(seeded_rng, window):
+    """The bias gathered per tile: tiles far off the diagonal, skipped blocks, sequences across block edges."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
+    table = bias_table(seeded_rng)
+    blocks = BlockwiseBlocks(block_q=16, block_k=32)
+    kernel = lambda *a: blockwise_attention(  # noqa: E731
+        *a, scale=32**-0.5, window=window, bias=with_bias(table), blocks=blocks
+    )
+    out = jax.jit(kernel)(q, k, v, lengths, segments)
+    what = f"blockwise small blocks relative bias window {window}"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, bias=table)
+
+
+def test_relative_bias_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
+    """Row positions give the same distances as each sequence's own."""
+    seq, sizes = 160, [1, 37, 2, 64, 5]
+    q, k, v, _ = make_inputs(seeded_rng, 1, seq, seq, 2, 32, jnp.float32, lengths=(seq,))
+    table = bias_table(seeded_rng)
+    segments = np.zeros((1, seq), np.int32)
+    starts = np.cumsum([0, *sizes])
+    for i, (start, end) in enumerate(zip(starts, starts[1:])):
+        segments[0, start:end] = i + 1
+    out = run(
+        "blockwise",
+        False,
+        q,
+        k,
+        v,
+        jnp.asarray([seq]),
+        segment_ids=jnp.asarray(segments),
+        relative_bias=with_bias(table),
+    )
+    for start, end in zip(starts, starts[1:]):
+        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, bias=table)
+        np.testing.assert_allclose(np.asarray(out[:, start:end]), alone, **TOLERANCES[jnp.float32])

@@ -12,7 +12,16 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from kernels.attention import IMPLS, _dispatch, _platform, attention, available_impls, tpu_interpret_mode
+from kernels.attention import (
+    IMPLS,
+    RelativeBias,
+    RelativeBuckets,
+    _dispatch,
+    _platform,
+    attention,
+    available_impls,
+    tpu_interpret_mode,
+)
 from kernels.attention._dispatch import SHORT_KV_SEQ
 from kernels.attention._jax_shipped import tpu_flash_attention, tpu_splash_attention
 from kernels.attention._pallas import pallas_attention
@@ -25,11 +34,18 @@ def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
     return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
 
 
-def trace(impl="auto", segments=False, window=None, **shape):
-    """Traces attention without running it: enough to make every dispatch decision."""
+def trace(impl="auto", segments=False, window=None, relative=False, **shape):
+    """Traces attention without running it: enough to make every dispatch decision. `relative`: with a
+    relative position bias of 32 buckets."""
     q = spec(**shape)
     ids = jax.ShapeDtypeStruct(q.shape[:2], jnp.int32) if segments else None
-    return jax.eval_shape(lambda q, k, v, s: attention(q, k, v, segment_ids=s, window=window, impl=impl), q, q, q, ids)
+    table = jax.ShapeDtypeStruct((q.shape[2], 32), jnp.float32) if relative else None
+
+    def run(q, k, v, s, table):
+        bias = None if table is None else RelativeBias(table, RelativeBuckets())
+        return attention(q, k, v, segment_ids=s, window=window, relative_bias=bias, impl=impl)
+
+    return jax.eval_shape(run, q, q, q, ids, table)
 
 
 @pytest.fixture
@@ -152,6 +168,9 @@ def test_auto_skips_cudnn_for_segments_and_window(fresh_log, pretend_gpu):
         (dict(window=-1), "window must be a Python int >= 0"),
         (dict(window=2.0), "window must be a Python int >= 0"),
         (dict(window=True), "window must be a Python int >= 0"),
+        (dict(relative_bias=RelativeBias(jnp.zeros((3, 32)), RelativeBuckets())), "table \\[heads, num_buckets\\]"),
+        (dict(relative_bias=RelativeBias(jnp.zeros((2, 16)), RelativeBuckets())), "2 heads here"),
+        (dict(relative_bias=(jnp.zeros((2, 32)), RelativeBuckets())), "must be a RelativeBias"),
     ],
 )
 def test_rejects_malformed_inputs(bad, message):
@@ -268,3 +287,26 @@ def test_inside_shard_map_with_heads_split():
         "refused",
         "tpu_splash",
     ]
+
+
+def test_a_relative_bias_is_refused_by_the_kernels_without_one(pretend_gpu):
+    for impl in ("pallas", "cudnn"):
+        with pytest.raises(
+            ValueError,
+            match=f"'{impl}' cannot run here: it adds no relative position bias \\(MPNet's\\); blockwise and "
+            "reference do. Can run here: reference, blockwise",
+        ):
+            trace(impl, relative=True, dtype=jnp.bfloat16)
+
+
+@pytest.mark.parametrize("where", ["gpu", "tpu"])
+def test_auto_with_a_relative_bias_picks_blockwise_without_a_warning(fresh_log, monkeypatch, where):
+    """The kernels that cannot add the bias are not tried, so nothing falls back; short rows stay on XLA."""
+    monkeypatch.setattr(_platform, "platform", lambda: where)
+    trace(seq=1024, dtype=jnp.bfloat16, segments=True, relative=True)
+    trace(seq=64, dtype=jnp.bfloat16, segments=True, relative=True)
+    messages = [r.getMessage() for r in fresh_log.records]
+    assert all(r.levelno == logging.INFO for r in fresh_log.records), messages
+    assert messages[0].endswith("segment ids, relative position bias: using 'blockwise'"), messages
+    assert messages[1].endswith("using 'reference'"), messages
+    assert {"impl": "blockwise", "relative_bias": True}.items() <= _dispatch.ran()[-2].items()

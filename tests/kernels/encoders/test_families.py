@@ -23,6 +23,7 @@ from safetensors.numpy import load_file, save_file
 
 from kernels import encoders
 from kernels.dense import unavailable
+from pipeline import Embedder
 from pipeline.encode import model_dir
 from pipeline.errors import ModelError
 from pipeline.text.tokenizer import Tokenizer
@@ -34,6 +35,7 @@ FAMILY_OF = {
     "bert": "bert",
     "distilbert": "distilbert",
     "xlm": "xlm-roberta",
+    "mpnet": "mpnet",
     "modernbert": "modernbert",
     "nomic": "nomic_bert",
     "gte": "gte",
@@ -254,6 +256,38 @@ def test_distilbert_mlm_heads_are_not_read():
     assert m.spec.arch.type_vocab_size == 0 and "token_type_D" not in m.params["embed"]
 
 
+def test_mpnet_positions_start_after_pad_id_1_and_its_bias_has_32_buckets():
+    """transformers' MPNet fixes padding_idx at 1 and 32 buckets up to distance 128, whatever config.json says."""
+    for name in ("mpnet-base", "mpnet-mlm-prefix"):
+        arch = load(name).spec.arch
+        assert (arch.position_offset, arch.max_tokens, arch.type_vocab_size) == (2, 128, 0)
+        assert arch.relative_buckets == encoders.RelativeBuckets(32, 128)
+        assert load(name).params["embed"]["relative_bias_NR"].shape == (arch.num_heads, 32)
+    config = json.loads((FAMILY_FIXTURES / "mpnet-base" / "config.json").read_text())
+    assert encoders.config_from_hf(config | {"pad_token_id": 0}).position_offset == 2
+
+
+@pytest.mark.parametrize("name", ["mpnet-base", "mpnet-mlm-prefix"])
+def test_the_embedder_gives_transformers_embeddings_for_mpnet(name):
+    """The whole load path: MPNetTokenizer's settings from tokenizer_config.json, packed rows, auto attention."""
+    m = load(name)
+    got = Embedder.load(str(FAMILY_FIXTURES / name)).embed(m.texts())
+    for i, want in enumerate(m.ref["pooled"]):
+        assert cosine(got[i], want) >= COSINE, (name, i)
+
+
+def test_the_relative_bias_shows_in_the_fixture():
+    """Without its relative position bias, the same MPNet misses transformers' numbers."""
+    m = load("mpnet-base")
+    params = {**m.params, "embed": {**m.params["embed"], "relative_bias_NR": np.zeros((4, 32), np.float32)}}
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden = np.asarray(
+        encoders.forward(params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl="reference")
+    )
+    last = len(m.ids) - 1
+    assert cosine(hidden[last, : m.ref["lengths"][last]], m.hidden(last)) < 0.999
+
+
 def test_the_family_comes_from_architectures_when_model_type_is_missing():
     config = json.loads((FAMILY_FIXTURES / "gte-new-ntk" / "config.json").read_text())
     del config["model_type"]
@@ -285,7 +319,7 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         encoders.config_from_hf({"model_type": "t5", "architectures": ["T5EncoderModel"]})
     assert str(e.value) == (
         "model_type 't5' (architectures ['T5EncoderModel']) is not supported; supported "
-        "model_types: bert, distilbert, xlm-roberta, roberta, modernbert, nomic_bert, gte, new"
+        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "t5"}))
@@ -299,6 +333,7 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         ("modernbert-hub-config", "model.layers.2.attn.Wqkv.weight", "layers.2.attn.Wqkv.weight"),
         ("nomic-contrastors", "encoder.layers.1.mlp.fc12.weight", "encoder.layers.1.mlp.fc12.weight"),
         ("gte-new-ntk", "new.encoder.layer.0.mlp.up_gate_proj.weight", "encoder.layer.0.mlp.up_gate_proj.weight"),
+        ("mpnet-mlm-prefix", "mpnet.encoder.relative_attention_bias.weight", "encoder.relative_attention_bias.weight"),
     ],
 )
 def test_missing_tensors_are_named(tmp_path, name, missing, reported):
@@ -436,6 +471,7 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ("gte-new-ntk", {"logn_attention_scale": True}, "logn_attention_scale"),
         ("distilbert-dense", {"n_heads": 5}, "distilbert: dim 48 is not divisible by 5 heads"),
         ("distilbert-mlm-prefix", {"activation": "tanh"}, "unsupported activation .*'tanh'"),
+        ("mpnet-base", {"relative_attention_num_buckets": 64}, "relative_attention_num_buckets 64"),
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):

@@ -15,7 +15,7 @@ from pipeline.encode.placement import ACCELERATOR_HOST_CPUS, check_encoders, pla
 from pipeline.errors import ConfigError
 from pipeline.results import read_report
 
-from support import SAMPLES, wait_for_idle_cluster
+from support import FAMILY_FIXTURES, SAMPLES, wait_for_idle_cluster
 
 
 def node(cpu=8, **extra):
@@ -82,6 +82,21 @@ def test_a_mesh_or_attention_the_encoder_hosts_cannot_run_is_refused_from_the_no
     gpu = place_encoders("auto", [node(GPU=2)], cpu_actors=None, cpu_per_actor=1)
     with pytest.raises(ConfigError, match="tpu_flash cannot run on the gpu encoder actors"):
         check_encoders(gpu, EncoderConfig(attention="tpu_flash"), MINILM)
+
+
+def test_an_attention_without_the_models_relative_bias_is_refused_from_its_config():
+    """MPNet's bias runs on reference and blockwise only: a TPU kernel named for it ends the job on the driver."""
+    mpnet = model_dir.resolve(str(FAMILY_FIXTURES / "mpnet-base"))
+    tpu = place_encoders("auto", [node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
+    for attention in ("auto", "blockwise", "reference"):
+        check_encoders(tpu, EncoderConfig(attention=attention), mpnet)
+    with pytest.raises(
+        ConfigError,
+        match="--attention tpu_splash adds no relative position bias, which model .*mpnet-base .mpnet. has; "
+        "these can: auto, reference, blockwise$",
+    ):
+        check_encoders(tpu, EncoderConfig(attention="tpu_splash"), mpnet)
+    check_encoders(tpu, EncoderConfig(attention="tpu_splash"), MINILM)
 
 
 def test_a_mesh_the_model_does_not_split_over_is_refused_from_its_config():
