@@ -1,6 +1,6 @@
 """Encoder throughput: docembed's JAX encoder against sentence-transformers, same texts, one run.
 
-    make bench            # or: .venv-bench/bin/python bench/encoder.py [--rounds N]
+    make bench            # or: .venv-bench/bin/python bench/encoder.py [--rounds N] [--model DIR]
 
 Two sets of real text (words of the PDFs of ../shared/corpus and the bundled
 text samples): mixed texts as a user embeds them, half short texts of every
@@ -154,6 +154,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--corpus", type=Path, default=CORPUS, help="a folder of PDFs (default ../shared/corpus)")
     p.add_argument("--batch-size", type=int, help="docembed's per-device batch (default: its platform default)")
+    p.add_argument("--model", type=Path, help="a local model directory both sides load (default: the bundled one)")
     p.add_argument(
         "--st-batch-sizes",
         type=int,
@@ -166,9 +167,10 @@ def main() -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    embedder = Embedder.load(batch_size=a.batch_size)
-    st = SentenceTransformer(str(default_model_dir()), device="cpu")
-    st_bf16 = SentenceTransformer(str(default_model_dir()), device="cpu").to(torch.bfloat16)
+    model = a.model or default_model_dir()
+    embedder = Embedder.load(str(a.model) if a.model else None, batch_size=a.batch_size)
+    st = SentenceTransformer(str(model), device="cpu")
+    st_bf16 = SentenceTransformer(str(model), device="cpu").to(torch.bfloat16)
     window = embedder.encoder.spec.max_seq_length
     words = corpus_words(a.corpus)
     # 300 words tokenize past the window; both encoders cut them to it.
@@ -177,7 +179,7 @@ def main() -> None:
 
     rates = [matmul_gflops() for _ in range(3)]
     ceiling = statistics.median(rates)
-    print(f"CPU: {cpu_description()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"CPU: {cpu_description()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; model {model}")
     print(
         f"python {platform.python_version()}, jax {jax.__version__}, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads), XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}"
