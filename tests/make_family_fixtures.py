@@ -137,8 +137,34 @@ MPNET_TOKENIZER_CONFIG = {
 }
 
 
+def t5_tokenizer() -> Tokenizer:
+    """T5-style, as sentence-t5's tokenizer.json: SentencePiece-like Unigram, whitespace split then Metaspace,
+    text then </s> and no BOS (TemplateProcessing), pad id 0, </s> 1, <unk> 2. No normalizer: transformers 5's
+    T5Tokenizer sets none (dropping tokenizer.json's), and must give the ids recorded here."""
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    tok.decoder = decoders.Metaspace()
+    special = ["<pad>", "</s>", "<unk>"]
+    tok.train_from_iterator(
+        corpus(), trainers.UnigramTrainer(vocab_size=400, special_tokens=special, unk_token="<unk>")
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))]
+    )
+    return tok
+
+
+T5_TOKENIZER_CONFIG = {
+    "tokenizer_class": "T5Tokenizer",
+    "eos_token": "</s>",
+    "pad_token": "<pad>",
+    "unk_token": "<unk>",
+    "extra_ids": 0,
+}
+
+
 def check_transformers_tokenizer(path: Path, texts: list[str], ids: np.ndarray) -> None:
-    """transformers' own tokenizer for the directory (MPNetTokenizer here) gives the ids recorded."""
+    """transformers' own tokenizer for the directory (MPNetTokenizer, T5Tokenizer here) gives the ids recorded."""
     tokenizer = transformers.AutoTokenizer.from_pretrained(path)
     theirs = tokenizer(texts, truncation=True, max_length=MAX_SEQ_LENGTH)["input_ids"]
     assert np.concatenate(theirs).tolist() == ids.tolist(), f"{path.name}: transformers' tokenizer differs"
@@ -200,6 +226,9 @@ def _vocab(tokenizer: str) -> dict:
     tok = TOKENIZERS[tokenizer]
     if tokenizer == "wordpiece":
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("[PAD]"))
+    if tokenizer == "t5":
+        pad, eos = tok.token_to_id("<pad>"), tok.token_to_id("</s>")
+        return dict(vocab_size=tok.get_vocab_size(), pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad)
     return dict(
         vocab_size=tok.get_vocab_size(),
         pad_token_id=tok.token_to_id("<pad>"),
@@ -352,6 +381,14 @@ def gte_new_layout(path: Path, base) -> None:
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
+def t5_both_embeddings(path: Path, base) -> None:
+    """Both names of T5's tied token embeddings, `shared` and `encoder.embed_tokens`, as older hub checkpoints
+    (sentence-t5's among them) carry them; transformers saves one."""
+    tensors = {name: p.detach().to(torch.bfloat16) for name, p in base.named_parameters()}
+    tensors["encoder.embed_tokens.weight"] = tensors["shared.weight"].clone()
+    _write_tensors(path, tensors)
+
+
 def gte_ntk_model(config, seed: int):
     """GteModel with the remote code's NTK-scaled rotary frequencies (see the module docstring)."""
 
@@ -371,7 +408,7 @@ def gte_ntk_model(config, seed: int):
 
 
 def fixtures() -> list[Fixture]:
-    wp, ug, mp = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet")
+    wp, ug, mp, t5 = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet"), _vocab("t5")
     T = transformers
     return [
         Fixture(
@@ -688,10 +725,67 @@ def fixtures() -> list[Fixture]:
             "mean",
             False,
         ),
+        Fixture(
+            # sentence-t5's layout: T5EncoderModel (relu), mean pooling, a Dense without bias or activation,
+            # Normalize. Few buckets and a short max_distance, so that texts reach the logarithmic buckets
+            # and beyond.
+            "t5-encoder-st",
+            _base(
+                T.T5EncoderModel,
+                T.T5Config(
+                    **t5,
+                    d_model=48,
+                    d_kv=8,
+                    num_heads=6,
+                    d_ff=80,
+                    num_layers=3,
+                    feed_forward_proj="relu",
+                    relative_attention_num_buckets=16,
+                    relative_attention_max_distance=40,
+                    n_positions=MAX_SEQ_LENGTH,
+                ),
+                13,
+            ),
+            "t5",
+            "mean",
+            True,
+            rewrite=t5_both_embeddings,
+            dense=((48, False, torch.nn.Identity()),),
+            tokenizer_config=T5_TOKENIZER_CONFIG,
+        ),
+        Fixture(
+            # T5 v1.1 / flan: gated-gelu, heads * d_kv (48) wider than d_model (32), saved as a T5Model whose
+            # decoder (deeper than the encoder) is never read.
+            "t5-v11-model",
+            _base(
+                T.T5Model,
+                T.T5Config(
+                    **t5,
+                    d_model=32,
+                    d_kv=12,
+                    num_heads=4,
+                    d_ff=64,
+                    num_layers=2,
+                    num_decoder_layers=3,
+                    feed_forward_proj="gated-gelu",
+                ),
+                14,
+                "encoder",
+            ),
+            "t5",
+            "mean",
+            False,
+            tokenizer_config=T5_TOKENIZER_CONFIG,
+        ),
     ]
 
 
-TOKENIZERS = {"wordpiece": wordpiece_tokenizer(), "unigram": unigram_tokenizer(), "mpnet": mpnet_tokenizer()}
+TOKENIZERS = {
+    "wordpiece": wordpiece_tokenizer(),
+    "unigram": unigram_tokenizer(),
+    "mpnet": mpnet_tokenizer(),
+    "t5": t5_tokenizer(),
+}
 
 
 def sentence_transformers_files(path: Path, fx: Fixture, dim: int, dense: list[torch.nn.Module]) -> None:
@@ -825,7 +919,7 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
-    if fx.tokenizer == "mpnet":
+    if fx.tokenizer in ("mpnet", "t5"):
         check_transformers_tokenizer(path, sample, result["ids"])
     if dense or fx.pooling not in SIMPLE_POOLING:
         result["st_encoded"] = st_encode(path, sample)

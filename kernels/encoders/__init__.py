@@ -1,4 +1,4 @@
-"""Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, MPNet, ModernBERT, NomicBERT, GTE.
+"""Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, MPNet, ModernBERT, NomicBERT, GTE, T5.
 
     cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kernels.attention._buckets import RelativeBuckets
-from kernels.encoders import bert, distilbert, gte, modernbert, mpnet, nomic_bert, xlm_roberta
+from kernels.encoders import bert, distilbert, gte, modernbert, mpnet, nomic_bert, t5, xlm_roberta
 from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
 from kernels.encoders._config import (
     POOLING_MODES,
@@ -60,7 +60,7 @@ def __getattr__(name: str):
 
 
 FAMILIES: dict[str, ModuleType] = {
-    m.FAMILY: m for m in (bert, distilbert, xlm_roberta, mpnet, modernbert, nomic_bert, gte)
+    m.FAMILY: m for m in (bert, distilbert, xlm_roberta, mpnet, modernbert, nomic_bert, gte, t5)
 }
 # config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
 MODEL_TYPES = {
@@ -73,6 +73,7 @@ MODEL_TYPES = {
     "nomic_bert": "nomic_bert",
     "gte": "gte",
     "new": "gte",
+    "t5": "t5",
 }
 # An `architectures` entry's model name (before "Model" / "For...") -> family, for configs without model_type.
 ARCHITECTURES = {
@@ -85,6 +86,8 @@ ARCHITECTURES = {
     "NomicBert": "nomic_bert",
     "Gte": "gte",
     "New": "gte",
+    "T5": "t5",
+    "T5Encoder": "t5",
 }
 
 

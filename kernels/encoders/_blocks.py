@@ -8,7 +8,7 @@ Shape letters used in names and docstrings:
 
 Every family maps its checkpoint onto the same pytree:
 
-  embed:  word_VD, [position_PD], [token_type_D], ln_scale_D, [ln_bias_D], [relative_bias_NR]
+  embed:  word_VD, [position_PD], [token_type_D], [ln_scale_D], [ln_bias_D], [relative_bias_NR]
   layers: qkv_LDXNH [qkv_bias_LXNH]   out_LNHD [out_bias_LD]
           ln1_scale_LD [ln1_bias_LD]   up_LDF [up_bias_LF] [gate_LDF [gate_bias_LF]]
           down_LFD [down_bias_LD]      ln2_scale_LD [ln2_bias_LD]
@@ -18,9 +18,10 @@ Bracketed entries exist only where the family has them (a bias-free ModernBERT
 has none); the forward pass adds what is there. Every projection is a
 `kernels.dense` call: its bias and the MLP's activation go with it, to the
 implementation the dispatch chose. The families differ in what the
-config says: post- or pre-norm, plain or gated MLP, learned positions or RoPE
-(theta and scaling per layer), a sliding window per layer, and MPNet's relative
-position bias, one table shared by every layer's attention.
+config says: post- or pre-norm, LayerNorm or RMSNorm, plain or gated MLP, learned
+positions or RoPE (theta and scaling per layer) or none, a sliding window per layer,
+the attention's scale, and MPNet's and T5's relative position bias, one table shared
+by every layer's attention.
 
 Layers are stacked along L and run with one `lax.scan`, so a model of any depth
 compiles one layer body. Where layers differ in how they attend (ModernBERT:
@@ -110,14 +111,16 @@ def cast_params(params: Params, dtype: jnp.dtype, activations: jnp.dtype | None 
     return jax.tree_util.tree_map_with_path(cast, params)
 
 
-def layer_norm(x_BTD, scale_D, bias_D, eps: float):
-    """LayerNorm; bias_D None for the bias-free norms of ModernBERT."""
+def layer_norm(x_BTD, scale_D, bias_D, eps: float, kind: str = "layer"):
+    """LayerNorm, or with kind "rms" T5's RMSNorm (x / rms(x) * scale: no mean subtracted, no bias);
+    bias_D None for the bias-free norms of ModernBERT and T5."""
     # Statistics in float32 whatever the compute dtype: bfloat16 variance of
     # hundreds of values loses most of its mantissa.
     x = x_BTD.astype(jnp.float32)
-    mean = x.mean(-1, keepdims=True)
-    var = jnp.square(x - mean).mean(-1, keepdims=True)
-    y = (x - mean) * jax.lax.rsqrt(var + eps) * scale_D
+    if kind == "layer":
+        x = x - x.mean(-1, keepdims=True)
+    var = jnp.square(x).mean(-1, keepdims=True)
+    y = x * jax.lax.rsqrt(var + eps) * scale_D
     if bias_D is not None:
         y = y + bias_D
     return y.astype(x_BTD.dtype)
@@ -143,13 +146,15 @@ def apply_rope(x_BTNH, cos_BTK, sin_BTK):
 
 
 def embed(emb: Params, ids_BT, positions_BT, cfg: ModelConfig):
-    """Token (+ learned position, + token type 0) embeddings, normed: [B, T, D]."""
+    """Token (+ learned position, + token type 0) embeddings, normed where the model norms them: [B, T, D]."""
     x_BTD = emb["word_VD"][ids_BT]
     if "position_PD" in emb:
         x_BTD = x_BTD + emb["position_PD"][positions_BT + cfg.position_offset]
     if "token_type_D" in emb:
         x_BTD = x_BTD + emb["token_type_D"]
-    return layer_norm(x_BTD, emb["ln_scale_D"], emb.get("ln_bias_D"), cfg.norm_eps)
+    if not cfg.embedding_norm:
+        return x_BTD
+    return layer_norm(x_BTD, emb["ln_scale_D"], emb.get("ln_bias_D"), cfg.norm_eps, cfg.norm_kind)
 
 
 def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None, dense_impl: str):
@@ -232,7 +237,14 @@ def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_im
                 q, k = apply_rope(q, *rope), apply_rope(k, *rope)
             q, k, v = attention_operands(q, k, v, matmul_dtype, tokens_BT)
             return attention(
-                q, k, v, segment_ids=segments_BT, window=kind.window, relative_bias=bias, impl=attention_impl
+                q,
+                k,
+                v,
+                segment_ids=segments_BT,
+                window=kind.window,
+                relative_bias=bias,
+                impl=attention_impl,
+                scale=cfg.attention_scale,
             )
 
         return attend
@@ -275,20 +287,21 @@ def forward(
     attend = _attention_by_kind(segments_BT, positions_BT, cfg, attention_impl, params["embed"].get("relative_bias_NR"))
     rotary = any(kind.rope is not None for kind in cfg.kinds)
     kind_of_layer_L = jnp.asarray([cfg.kinds.index(kind) for kind in cfg.layer_kinds], jnp.int32)
-    eps = cfg.norm_eps
+    norm = functools.partial(layer_norm, eps=cfg.norm_eps, kind=cfg.norm_kind)
 
     def post_norm(x_BTD, layer, index):
         attn_BTD = self_attention(x_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl, rotary=rotary)
-        x_BTD = layer_norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
+        x_BTD = norm(x_BTD + attn_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"))
         mlp_BTD = mlp(x_BTD, layer, cfg, rules, dense_impl)
-        return layer_norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
+        return norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"))
 
     def pre_norm(x_BTD, layer, index):
-        normed_BTD = layer_norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"), eps)
-        attn_in_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
-        attn_BTD = self_attention(attn_in_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl, rotary=rotary)
+        normed_BTD = norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"))
+        if cfg.embedding_norm:  # layer 0 takes the normed embeddings as they are
+            normed_BTD = jnp.where(index == 0, x_BTD, normed_BTD)
+        attn_BTD = self_attention(normed_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl, rotary=rotary)
         x_BTD = x_BTD + attn_BTD
-        mlp_in_BTD = layer_norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"), eps)
+        mlp_in_BTD = norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"))
         return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules, dense_impl)
 
     block = post_norm if cfg.norm == "post" else pre_norm
@@ -300,7 +313,7 @@ def forward(
     x_BTD = embed(params["embed"], ids_BT, positions_BT, cfg)
     x_BTD, _ = jax.lax.scan(body, x_BTD, (bfloat16_as_bits(params["layers"]), jnp.arange(cfg.num_layers)))
     if "final" in params:
-        x_BTD = layer_norm(x_BTD, params["final"]["ln_scale_D"], params["final"].get("ln_bias_D"), eps)
+        x_BTD = norm(x_BTD, params["final"]["ln_scale_D"], params["final"].get("ln_bias_D"))
     return x_BTD
 
 
@@ -342,7 +355,7 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
         return {name: np.zeros(shape, np.float32)} if group in cfg.biases else {}
 
     embed = {"word_VD": normal(cfg.vocab_size, D)}
-    if cfg.layer_kinds[0].rope is None:
+    if cfg.learned_positions and cfg.layer_kinds[0].rope is None:
         embed["position_PD"] = normal(cfg.max_tokens + cfg.position_offset, D)
     if cfg.type_vocab_size:
         embed["token_type_D"] = normal(D)
@@ -359,5 +372,5 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
     if cfg.gated_mlp:
         layers |= {"gate_LDF": normal(L, D, F), **bias("mlp_in", "gate_bias_LF", L, F)}
     layers |= {"down_LFD": normal(L, F, D), **bias("mlp_out", "down_bias_LD", L, D), **norm("ln2", "LD", L)}
-    params = {"embed": embed | norm("ln", "D"), "layers": layers}
+    params = {"embed": embed | (norm("ln", "D") if cfg.embedding_norm else {}), "layers": layers}
     return params | ({"final": norm("ln", "D")} if cfg.norm == "pre" else {})

@@ -102,15 +102,15 @@ class Checkpoint:
         b = self.get(name + ".bias", (n_out,)) if bias_group in self.cfg.biases else None
         return w, b
 
-    def embeddings(self, word: str, token_type: str | None, norm: str, position: str | None = None) -> dict:
-        """The `embed` group: word (+ learned position, + token type 0) embeddings and their norm."""
+    def embeddings(self, word: str, token_type: str | None, norm: str | None, position: str | None = None) -> dict:
+        """The `embed` group: word (+ learned position, + token type 0) embeddings and their norm (None: none)."""
         c = self.cfg
         out = {"word_VD": self.get(word + ".weight", (c.vocab_size, c.hidden_size))}
         if position is not None:
             out["position_PD"] = self.get(position + ".weight", (c.max_tokens + c.position_offset, c.hidden_size))
         if c.type_vocab_size:
             out["token_type_D"] = self.get(token_type + ".weight", (c.type_vocab_size, c.hidden_size))[0]
-        return out | self.norm(norm, "ln", "D")
+        return out if norm is None else out | self.norm(norm, "ln", "D")
 
     def attention_in(self, q: str, k: str, v: str) -> dict[str, np.ndarray]:
         """Separate Q, K, V projections [N*H, D] -> qkv_LDXNH (one layer's slice, X the three in the

@@ -107,8 +107,8 @@ class ModelConfig:
     norm_eps: float
     activation: str
     gated_mlp: bool  # activation(gate) * up, else activation(up)
-    # "post": BERT's x = norm(x + block(x)). "pre": ModernBERT's x = x + block(norm(x)),
-    # without a norm before layer 0's attention (its embeddings are normed) and with a final norm.
+    # "post": BERT's x = norm(x + block(x)). "pre": ModernBERT's and T5's x = x + block(norm(x)), with a final
+    # norm; without a norm before layer 0's attention where the embeddings are already normed (ModernBERT).
     norm: str
     layer_kinds: tuple[LayerKind, ...]  # one per layer
     position_offset: int = 0  # learned positions: table row of position 0 (XLM-RoBERTa: padding_idx + 1)
@@ -118,6 +118,14 @@ class ModelConfig:
     # MPNet's T5-style relative position bias: one table [heads, buckets] shared by every layer, added to
     # every layer's scores (the parameter `relative_bias_NR`).
     relative_buckets: RelativeBuckets | None = None
+    # "layer": LayerNorm. "rms": T5's RMSNorm (no mean subtracted, no bias), for every norm of the model.
+    norm_kind: str = "layer"
+    # Whether the embeddings have a norm (T5's have none) and, without RoPE, learned position embeddings
+    # (T5 has none: its only positions are the relative bias).
+    embedding_norm: bool = True
+    learned_positions: bool = True
+    # What attention multiplies q.k by: None for 1/sqrt(head_dim); T5 does not scale (1.0).
+    attention_scale: float | None = None
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -127,6 +135,10 @@ class ModelConfig:
             )
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if self.norm_kind not in ("layer", "rms"):
+            raise ValueError(f"norm_kind must be 'layer' or 'rms', got {self.norm_kind!r}")
+        if self.norm_kind == "rms" and "norm" in self.biases:
+            raise ValueError("an RMSNorm has no bias: leave 'norm' out of biases")
         if len(self.layer_kinds) != self.num_layers:
             raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
         for kind in self.layer_kinds:

@@ -1,4 +1,4 @@
-"""`_blocks.attention_operands`: attention's dots in the matmul dtype, keys centred first.
+"""`_blocks.attention_operands`: attention's dots in the matmul dtype, keys centred first; and the two norms.
 
 Against float32 attention on the keys as the model made them (`reference`, the
 attention oracle): the centring is a shift every query's softmax ignores, so
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kernels.attention import attention
-from kernels.encoders._blocks import attention_operands
+from kernels.encoders._blocks import attention_operands, layer_norm
 
 B, T, N, H = 2, 24, 3, 16
 # Two sequences packed in row 0 and one in row 1, then padding (0).
@@ -70,3 +70,22 @@ def test_a_row_of_padding_only_stays_finite(seeded_rng):
     q, k, v = qkv(seeded_rng, 32.0)
     _, centred_k, _ = attention_operands(q, k, v, jnp.bfloat16, np.zeros((B, T), bool))
     assert np.isfinite(np.asarray(centred_k, np.float32)).all()
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_the_norms_are_layernorm_and_t5s_rmsnorm_in_float32(seeded_rng, dtype):
+    """LayerNorm centres and shifts; RMSNorm (T5LayerNorm) only scales by the root mean square. Both
+    compute in float32 and return the input's dtype."""
+    x_BTD = (3 + seeded_rng.standard_normal((2, 5, 16))).astype(np.float32)
+    scale_D, bias_D = seeded_rng.standard_normal(16).astype(np.float32), np.full(16, 0.5, np.float32)
+    x = np.asarray(jnp.asarray(x_BTD, dtype), np.float64)
+    centred = x - x.mean(-1, keepdims=True)
+    want = {
+        "layer": centred / np.sqrt(np.square(centred).mean(-1, keepdims=True) + 1e-6) * scale_D + bias_D,
+        "rms": x / np.sqrt(np.square(x).mean(-1, keepdims=True) + 1e-6) * scale_D,
+    }
+    for kind, bias in (("layer", bias_D), ("rms", None)):
+        got = layer_norm(jnp.asarray(x_BTD, dtype), scale_D, bias, 1e-6, kind)
+        assert got.dtype == dtype
+        tolerance = 1e-5 if dtype == jnp.float32 else 2e-2
+        np.testing.assert_allclose(np.asarray(got, np.float64), want[kind], rtol=tolerance, atol=tolerance)

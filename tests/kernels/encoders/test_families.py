@@ -39,6 +39,7 @@ FAMILY_OF = {
     "modernbert": "modernbert",
     "nomic": "nomic_bert",
     "gte": "gte",
+    "t5": "t5",
 }
 IMPLS = ["reference", "blockwise"]
 COSINE = 0.99999
@@ -276,10 +277,12 @@ def test_the_embedder_gives_transformers_embeddings_for_mpnet(name):
         assert cosine(got[i], want) >= COSINE, (name, i)
 
 
-def test_the_relative_bias_shows_in_the_fixture():
-    """Without its relative position bias, the same MPNet misses transformers' numbers."""
-    m = load("mpnet-base")
-    params = {**m.params, "embed": {**m.params["embed"], "relative_bias_NR": np.zeros((4, 32), np.float32)}}
+@pytest.mark.parametrize("name", ["mpnet-base", "t5-encoder-st"])
+def test_the_relative_bias_shows_in_the_fixture(name):
+    """Without its relative position bias, the same MPNet or T5 misses transformers' numbers."""
+    m = load(name)
+    zeros_NR = np.zeros_like(m.params["embed"]["relative_bias_NR"])
+    params = {**m.params, "embed": {**m.params["embed"], "relative_bias_NR": zeros_NR}}
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
     hidden = np.asarray(
         encoders.forward(params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl="reference")
@@ -288,10 +291,47 @@ def test_the_relative_bias_shows_in_the_fixture():
     assert cosine(hidden[last, : m.ref["lengths"][last]], m.hidden(last)) < 0.999
 
 
-def test_the_family_comes_from_architectures_when_model_type_is_missing():
-    config = json.loads((FAMILY_FIXTURES / "gte-new-ntk" / "config.json").read_text())
+@pytest.mark.parametrize("name, family", [("gte-new-ntk", "gte"), ("t5-encoder-st", "t5"), ("t5-v11-model", "t5")])
+def test_the_family_comes_from_architectures_when_model_type_is_missing(name, family):
+    config = json.loads((FAMILY_FIXTURES / name / "config.json").read_text())
     del config["model_type"]
-    assert encoders.config_from_hf(config).family == "gte"
+    assert encoders.config_from_hf(config).family == family
+
+
+def test_t5_attends_unscaled_with_its_configs_buckets_and_rms_norms():
+    """Every T5 option as config.json gives it; no learned positions and no embedding norm. The window bound:
+    n_positions where config.json has it, else T5's pre-training length 512 (the relative bias itself has no
+    limit)."""
+    st, v11 = load("t5-encoder-st"), load("t5-v11-model")
+    for m in (st, v11):
+        arch = m.spec.arch
+        assert (arch.norm, arch.norm_kind, arch.attention_scale, arch.biases) == ("pre", "rms", 1.0, frozenset())
+        assert not (arch.embedding_norm or arch.learned_positions)
+        assert set(m.params["embed"]) == {"word_VD", "relative_bias_NR"} and "ln1_bias_LD" not in m.params["layers"]
+    assert st.spec.arch.relative_buckets == encoders.RelativeBuckets(16, 40)
+    assert (st.spec.arch.activation, st.spec.arch.gated_mlp, st.spec.arch.max_tokens) == ("relu", False, 128)
+    assert v11.spec.arch.relative_buckets == encoders.RelativeBuckets(32, 128)
+    assert (v11.spec.arch.activation, v11.spec.arch.gated_mlp, v11.spec.arch.max_tokens) == ("gelu_new", True, 512)
+    assert v11.spec.arch.num_heads * v11.spec.arch.head_dim == 48 != v11.spec.arch.hidden_size
+    config = json.loads((FAMILY_FIXTURES / "t5-v11-model" / "config.json").read_text())
+    assert encoders.config_from_hf(config | {"feed_forward_proj": "gated-silu"}).activation == "silu"
+    assert encoders.config_from_hf(config | {"feed_forward_proj": "gelu"}).gated_mlp is False
+
+
+def test_t5_reads_either_name_of_its_tied_embeddings_and_never_the_decoder(tmp_path):
+    """t5-encoder-st holds `shared` and `encoder.embed_tokens`, t5-v11-model `shared` and a decoder: without
+    the one name, or without the decoder, the same parameters."""
+    for name, dropped in (
+        ("t5-encoder-st", "encoder.embed_tokens."),
+        ("t5-encoder-st", "shared."),
+        ("t5-v11-model", "decoder."),
+    ):
+        path = broken_copy(tmp_path / dropped, name)
+        tensors = load_file(path / "model.safetensors")
+        assert any(key.startswith(dropped) for key in tensors)
+        save_file({k: v for k, v in tensors.items() if not k.startswith(dropped)}, str(path / "model.safetensors"))
+        got = model_dir.load_params(model_dir.resolve(str(path)))
+        jax.tree.map(np.testing.assert_array_equal, got, load(name).params)
 
 
 # --- bad models: each one clear error ------------------------------------------------------------
@@ -316,14 +356,14 @@ def refusal(path: Path) -> str:
 
 def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
     with pytest.raises(encoders.UnsupportedModel) as e:
-        encoders.config_from_hf({"model_type": "t5", "architectures": ["T5EncoderModel"]})
+        encoders.config_from_hf({"model_type": "bart", "architectures": ["BartModel"]})
     assert str(e.value) == (
-        "model_type 't5' (architectures ['T5EncoderModel']) is not supported; supported "
-        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new"
+        "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
+        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5"
     )
     path = broken_copy(tmp_path, "bert-pooler")
-    (path / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(ModelError, match="'t5'.*not supported"):
+    (path / "config.json").write_text(json.dumps({"model_type": "bart"}))
+    with pytest.raises(ModelError, match="'bart'.*not supported"):
         model_dir.resolve(str(path))
 
 
@@ -334,6 +374,16 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         ("nomic-contrastors", "encoder.layers.1.mlp.fc12.weight", "encoder.layers.1.mlp.fc12.weight"),
         ("gte-new-ntk", "new.encoder.layer.0.mlp.up_gate_proj.weight", "encoder.layer.0.mlp.up_gate_proj.weight"),
         ("mpnet-mlm-prefix", "mpnet.encoder.relative_attention_bias.weight", "encoder.relative_attention_bias.weight"),
+        (
+            "t5-v11-model",
+            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+            "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+        ),
+        (
+            "t5-v11-model",
+            "encoder.block.1.layer.1.DenseReluDense.wi_1.weight",
+            "encoder.block.1.layer.1.DenseReluDense.wi_1.weight",
+        ),
     ],
 )
 def test_missing_tensors_are_named(tmp_path, name, missing, reported):
@@ -351,6 +401,7 @@ def test_missing_tensors_are_named(tmp_path, name, missing, reported):
         ("bert-pooler", {"num_hidden_layers": 4}, "encoder.layer.3.attention.self.query.weight"),
         ("nomic-contrastors", {"n_layer": 3}, "encoder.layers.2.attn.Wqkv.weight"),
         ("modernbert-hub-config", {"num_hidden_layers": 5}, "layers.4.attn_norm.weight"),
+        ("t5-encoder-st", {"num_layers": 4}, "encoder.block.3.layer.0.layer_norm.weight"),
     ],
 )
 def test_more_layers_than_the_weights_hold_are_refused(tmp_path, name, change, reported):
@@ -390,6 +441,16 @@ def test_a_missing_shard_is_named(tmp_path):
             r"'transformer.layer.0.ffn.lin1.weight' has shape \(80, 48\).*implies \(96, 48\)",
         ),
         ("distilbert-mlm-prefix", {"max_position_embeddings": 256}, r"'embeddings.position_embeddings.weight' has"),
+        (
+            "t5-v11-model",
+            {"d_kv": 8},
+            r"'encoder.block.0.layer.0.SelfAttention.q.weight' has shape \(48, 32\).*implies \(32, 32\)",
+        ),
+        (
+            "t5-encoder-st",
+            {"relative_attention_num_buckets": 32},
+            r"relative_attention_bias.weight' has shape \(16, 6\)",
+        ),
     ],
 )
 def test_shapes_that_contradict_the_config_are_refused(tmp_path, name, change, message):
@@ -450,6 +511,8 @@ def test_a_modernbert_window_that_reaches_every_position_is_global_attention(loc
         ("distilbert-dense", {"dim": None}, "dim None is not a whole number"),
         ("distilbert-mlm-prefix", {"n_layers": "2"}, "n_layers '2' is not a whole number"),
         ("gte-new-ntk", {"rope_scaling": {"type": "ntk", "factor": "2"}}, "factor '2' is not a number"),
+        ("t5-encoder-st", {"d_kv": None}, "d_kv None is not a whole number"),
+        ("t5-encoder-st", {"relative_attention_max_distance": 2}, "relative buckets need"),
     ],
 )
 def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, name, change, message):
@@ -472,6 +535,8 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ("distilbert-dense", {"n_heads": 5}, "distilbert: dim 48 is not divisible by 5 heads"),
         ("distilbert-mlm-prefix", {"activation": "tanh"}, "unsupported activation .*'tanh'"),
         ("mpnet-base", {"relative_attention_num_buckets": 64}, "relative_attention_num_buckets 64"),
+        ("t5-encoder-st", {"feed_forward_proj": "gated-tanh"}, "t5: feed_forward_proj 'gated-tanh' is not implemented"),
+        ("t5-encoder-st", {"feed_forward_proj": "double-gelu"}, "feed_forward_proj 'double-gelu'"),
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):

@@ -20,6 +20,7 @@ from pipeline.errors import ConfigError
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "st_reference.npz"
 DENSE_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "distilbert-dense"
 POOLING_FIXTURE = DENSE_FIXTURE.with_name("bert-pooling-modes")
+T5_FIXTURE = DENSE_FIXTURE.with_name("t5-encoder-st")
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +214,17 @@ def test_dense_modules_match_sentence_transformers_encode():
     # Matryoshka truncation cuts the projected vector and re-normalises it.
     first_16 = Embedder.load(str(DENSE_FIXTURE), dim=16).embed([str(reference["texts"][2])])[0]
     np.testing.assert_allclose(first_16, got[2, :16] / np.linalg.norm(got[2, :16]), atol=1e-6)
+
+
+def test_sentence_t5_matches_sentence_transformers_encode():
+    """sentence-t5's layout: a T5EncoderModel, mean pooling over the text and its </s>, a Dense without bias or
+    activation and Normalize; the tokenizer T5Tokenizer's (text then </s>, pad id 0)."""
+    reference = np.load(T5_FIXTURE.with_suffix(".npz"))
+    embedder = Embedder.load(str(T5_FIXTURE))
+    got = embedder.embed([str(t) for t in reference["texts"]])
+    assert got.shape == reference["st_encoded"].shape == (6, 48)
+    assert cosine(got, reference["st_encoded"]).min() >= 0.99999
+    np.testing.assert_allclose(got, reference["st_encoded"], atol=2e-5)
 
 
 def test_concatenated_pooling_modes_match_sentence_transformers_encode():
