@@ -325,6 +325,8 @@ TOKENIZER_ARGS = ("model_max_length", "do_lower_case", "strip_accents", "tokeniz
 # tokenizer_config.json's tokenizer classes that take tokenizer.json as it is; every other class that meets a
 # BertNormalizer there is a BERT-style one, which sets it from tokenizer_config.json (`BertSettings`).
 GENERIC_TOKENIZERS = ("PreTrainedTokenizerFast", "TokenizersBackend")
+# transformers' classes that rebuild a T5 tokenizer.json's normalizer and pre-tokenizer (`Tokenizer`'s t5_pieces).
+T5_TOKENIZERS = ("T5Tokenizer", "T5TokenizerFast")
 # tokenizer_config.json's key -> BertSettings' field
 BERT_SETTINGS = {
     "do_lower_case": "lowercase",
@@ -402,7 +404,17 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
         prompt=prompt,
         lowercase=transformer.lowercase,
         bert_normalizer=_bert_settings(path, transformer.tokenizer),
+        t5_pieces=_tokenizer_class(path, transformer.tokenizer) in T5_TOKENIZERS,
     )
+
+
+def _tokenizer_class(path: Path, tokenizer_args: dict) -> str | None:
+    """The tokenizer class transformers' AutoTokenizer loads: tokenizer_config.json's (the loader's arguments
+    over it), else the one of config.json's model_type (T5's, for the family that splits text its own way)."""
+    name = (_read_object(path / "tokenizer_config.json", {}) | tokenizer_args).get("tokenizer_class")
+    if name is None and _read_object(path / "config.json", {}).get("model_type") == "t5":
+        return T5_TOKENIZERS[0]
+    return name
 
 
 def _bert_settings(path: Path, tokenizer_args: dict) -> BertSettings | None:

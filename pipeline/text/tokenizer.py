@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import normalizers
+from tokenizers import normalizers, pre_tokenizers
 
 from pipeline.errors import ModelError
 
@@ -53,17 +53,26 @@ class Tokenizer:
     """
 
     def __init__(
-        self, path: Path, prompt: str = "", lowercase: bool = False, bert_normalizer: BertSettings | None = None
+        self,
+        path: Path,
+        prompt: str = "",
+        lowercase: bool = False,
+        bert_normalizer: BertSettings | None = None,
+        t5_pieces: bool = False,
     ):
         """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
         normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
         `bert_normalizer`: settings that a BertNormalizer in the file takes instead of its own (see
-        `BertSettings`); `replaced_normalizer` then names them, or is "" where they change nothing."""
+        `BertSettings`); `replaced_normalizer` then names them, or is "" where they change nothing.
+        `t5_pieces`: split the text as transformers 5's T5Tokenizer does whatever the file says (`_as_t5`);
+        `replaced_normalizer` then says so where that changes the file's."""
         try:
             self._tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
         self.replaced_normalizer = ""
+        if t5_pieces and _as_t5(self._tok):
+            self.replaced_normalizer = T5_PIECES
         own = self._tok.normalizer
         if bert_normalizer is not None and isinstance(own, normalizers.BertNormalizer):
             wanted = {"clean_text": own.clean_text, **dataclasses.asdict(bert_normalizer)}
@@ -147,6 +156,32 @@ def _piece_end(text: str, start: int, piece_chars: int) -> int:
         if end is not None:
             return end
     return limit
+
+
+# What `_as_t5` sets, as `replaced_normalizer` names it.
+T5_PIECES = "T5Tokenizer: the file's Precompiled normalizer alone, WhitespaceSplit then Metaspace"
+
+
+def _as_t5(tok: HFTokenizer) -> bool:
+    """Splits text as transformers 5's T5Tokenizer rebuilds tokenizer.json: of the normalizers only SentencePiece's
+    Precompiled character map (the Replace of repeated spaces that older files carry goes), then white space
+    split and a '▁' before every word. Older files split with Metaspace alone, which gives trailing white space
+    a '▁' token and keeps tabs and newlines inside words. True where that changed the file's."""
+    before = tok.to_str()
+    own = tok.normalizer
+    kept = [
+        n
+        for n in (list(own) if isinstance(own, normalizers.Sequence) else [own])
+        if isinstance(n, normalizers.Precompiled)
+    ]
+    tok.normalizer = kept[0] if kept else None
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+        ]
+    )
+    return tok.to_str() != before
 
 
 def _lowercases(normalizer) -> bool:
