@@ -2,26 +2,22 @@
 hidden states and sentence embeddings transformers computes for them.
 
 Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel, MPNetModel,
-ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model
-prefix; T5EncoderModel, and a T5Model whose encoder alone is run), given larger-than-default random weights so that attention is peaked
-and RoPE, windows and norms all show in the output, and saved as a
-sentence-transformers model directory: config.json, weights in bfloat16 (one
-directory sharded with model.safetensors.index.json), tokenizer.json (a small WordPiece or
-Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
-sentence_bert_config.json, and for one model config_sentence_transformers.json
-with prompts. MPNet models get MPNet's tokenizer layout (WordPiece between <s> and </s>,
-RobertaProcessing, pad id 1) and a tokenizer_config.json naming MPNetTokenizer, T5 models a
-Unigram vocabulary as T5's (text then </s>, pad id 0) and one naming T5Tokenizer, and
-transformers' AutoTokenizer must give the ids recorded here. Beside each directory,
-NAME.npz holds the texts, their token ids, transformers' last hidden states
-(float32, each text run alone, unpadded) and the pooled embeddings that
-sentence-transformers' Pooling (and Dense, and Normalize) make of them. Two models
-have Dense modules after their Pooling (2_Dense/, 3_Dense/: config.json and
+ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel, and a
+T5Model whose encoder alone is run), given larger-than-default random weights so that attention is peaked and
+RoPE, windows and norms all show in the output, and saved as a sentence-transformers model directory:
+config.json, weights in bfloat16 (one directory sharded with model.safetensors.index.json), tokenizer.json (a
+small WordPiece or Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
+sentence_bert_config.json, and for one model config_sentence_transformers.json with prompts. MPNet models get
+MPNet's tokenizer layout (WordPiece between <s> and </s>, RobertaProcessing, pad id 1) and a
+tokenizer_config.json naming MPNetTokenizer, T5 models a Unigram vocabulary as T5's (text then </s>, pad id 0)
+and one naming T5Tokenizer, and transformers' AutoTokenizer must give the ids recorded here. Beside each
+directory, NAME.npz holds the texts, their token ids, transformers' last hidden states (float32, each text run
+alone, unpadded) and the pooled embeddings that sentence-transformers' Pooling (and Dense, and Normalize) make
+of them. Two models have Dense modules after their Pooling (2_Dense/, 3_Dense/: config.json and
 model.safetensors, written by sentence-transformers' own Dense): distilbert-dense, with a
-tokenizer_config.json naming DistilBertTokenizer, and t5-encoder-st, sentence-t5's one; and one pools
-by three modes that only sentence-transformers' own Pooling computes here; their NAME.npz also holds
-`st_encoded`, what sentence-transformers' encode() makes of the texts from the
-saved directory, all texts in one padded batch.
+tokenizer_config.json naming DistilBertTokenizer, and t5-encoder-st, sentence-t5's one; and one pools by three
+modes that only sentence-transformers' own Pooling computes here; their NAME.npz also holds `st_encoded`, what
+sentence-transformers' encode() makes of the texts from the saved directory, all texts in one padded batch.
 
 Two families come as the hub publishes them, not as transformers saves them,
 and are written here from transformers' weights by the renaming that

@@ -10,7 +10,7 @@ attention in plain JAX), pallas (our Pallas kernel: Mosaic on TPU, Triton on GPU
 interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn
 (JAX's cuDNN flash attention on GPU). `tpu_interpret_mode()` emulates a TPU on CPU
 for tests. `RelativeBias` and `RelativeBuckets` describe a T5-style relative position
-bias (MPNet's), which reference and blockwise add.
+bias (MPNet's, T5's), which reference and blockwise add.
 """
 
 import importlib

@@ -1,10 +1,12 @@
 """A T5-style relative position bias: per head, a learned score for each bucket of key - query distance.
 
-MPNet adds one to every layer's scaled scores, `scores[b, n, t, s] += table_NR[n, bucket(s - t)]`,
-with distances bucketed as T5's bidirectional `relative_position_bucket` (transformers'
-`MPNetEncoder.relative_position_bucket`): half the buckets for keys before or at the query, half for
-keys after it; within each half, distances below a quarter of the buckets get one bucket each, longer
-ones share buckets spaced logarithmically up to `max_distance`, and all beyond share the last.
+MPNet and T5's encoder add one to every layer's scaled scores (T5's are unscaled), `scores[b, n, t, s] +=
+table_NR[n, bucket(s - t)]`, with distances bucketed as T5's bidirectional `relative_position_bucket`
+(transformers' `T5Attention._relative_position_bucket`, which `MPNetEncoder.relative_position_bucket` copies;
+the same buckets as T5's for 32/128, 16/40, 64/256, 8/3, 32/200 and 128/1000 buckets/max_distance, at every
+distance to 300 past max_distance): half the buckets for keys before or at the query, half for keys after it;
+within each half, distances below a quarter of the buckets get one bucket each, longer ones share buckets
+spaced logarithmically up to `max_distance`, and all beyond share the last.
 
 Plain data, without JAX: a model's config names its bucketing, and the job's driver never imports
 JAX. In a packed row, the distance between two tokens of one sequence is the same in row positions as

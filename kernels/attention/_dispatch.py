@@ -101,7 +101,7 @@ class _Impl:
         if self.platforms is not None and problem.platform not in self.platforms:
             return f"needs {' or '.join(sorted(self.platforms)).upper()}, platform is {problem.platform!r}"
         if problem.relative is not None and self.name not in RELATIVE_BIAS_IMPLS:
-            return f"it adds no relative position bias (MPNet's); {' and '.join(sorted(RELATIVE_BIAS_IMPLS))} do"
+            return f"it adds no relative position bias (MPNet's, T5's); {' and '.join(sorted(RELATIVE_BIAS_IMPLS))} do"
         return self.limits(problem)
 
 

@@ -17,7 +17,7 @@ PLATFORMS: dict[str, frozenset[str] | None] = {  # None: every platform
     "cudnn": frozenset({"gpu"}),
 }
 IMPLS = tuple(PLATFORMS)
-# The implementations that add a relative position bias (MPNet's): the plain-JAX ones, which gather it per
+# The implementations that add a relative position bias (MPNet's, T5's): the plain-JAX ones, which gather it per
 # tile. The others' scores live inside kernels that take no additive term.
 RELATIVE_BIAS_IMPLS = frozenset({"reference", "blockwise"})
 

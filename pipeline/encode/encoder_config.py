@@ -165,7 +165,7 @@ def check_mesh(spec: ModelSpec, cfg: EncoderConfig, n_devices: int, holder: str 
 
 def check_attention(attention: str, platform: str, holder: str, spec: ModelSpec) -> None:
     """ConfigError where `attention` cannot run on `platform` (`holder` says whose it is), or cannot add model
-    `spec`'s relative position bias (MPNet's), naming what can.
+    `spec`'s relative position bias (MPNet's, T5's), naming what can.
 
     The driver asks it for the encoder actors' platform before anything is written; an Encoder for its own."""
     if not runs_on(attention, platform):

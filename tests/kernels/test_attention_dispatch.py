@@ -293,7 +293,7 @@ def test_a_relative_bias_is_refused_by_the_kernels_without_one(pretend_gpu):
     for impl in ("pallas", "cudnn"):
         with pytest.raises(
             ValueError,
-            match=f"'{impl}' cannot run here: it adds no relative position bias \\(MPNet's\\); blockwise and "
+            match=f"'{impl}' cannot run here: it adds no relative position bias \\(MPNet's, T5's\\); blockwise and "
             "reference do. Can run here: reference, blockwise",
         ):
             trace(impl, relative=True, dtype=jnp.bfloat16)
