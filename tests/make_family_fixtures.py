@@ -204,7 +204,7 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
 class Fixture:
     name: str
     build: Callable[[], tuple[torch.nn.Module, torch.nn.Module]]  # (model to save, base model to run)
-    tokenizer: str  # "wordpiece" or "unigram"
+    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet" or "t5"
     # "mean", "cls" or "lasttoken" (written as the legacy flags), or sentence-transformers' modes joined by "+"
     # (written as sentence-transformers 6 writes a list, and pooled by its own Pooling module)
     pooling: str
