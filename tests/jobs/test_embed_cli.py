@@ -240,9 +240,9 @@ def _dense_shape(shape):
     [
         (
             "gte-new-ntk",
-            _config_change({"model_type": "t5"}),
+            _config_change({"model_type": "bart"}),
             [],
-            "model_type 't5' (architectures ['NewModel']) is not supported; supported model_types: bert,",
+            "model_type 'bart' (architectures ['NewModel']) is not supported; supported model_types: bert,",
         ),
         (
             "gte-new-ntk",
