@@ -83,8 +83,7 @@ class ModelSpec:
 
     @property
     def pooled_dim(self) -> int:
-        """The Pooling module's output dimensions: the encoder's for each of its modes."""
-        return self.arch.hidden_size * len(self.pooling.split("+"))
+        return pooled_dim(self.arch.hidden_size, self.pooling)
 
     @property
     def full_dim(self) -> int:
@@ -196,6 +195,11 @@ LEGACY_POOLING_FLAGS = {
     "pooling_mode_weightedmean_tokens": "weightedmean",
     "pooling_mode_lasttoken": "lasttoken",
 }
+
+
+def pooled_dim(hidden_size: int, pooling: str) -> int:
+    """The Pooling module's output dimensions: the encoder's for each of its modes (`ModelSpec.pooling`)."""
+    return hidden_size * len(pooling.split("+"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,29 +403,30 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
     Transformer module says, with transformers' BertNormalizer settings), with `prompt` before every text."""
     transformer = _transformer(path)
+    # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
+    loader = _read_object(path / "tokenizer_config.json", {}) | transformer.tokenizer
     return Tokenizer(
         path / "tokenizer.json",
         prompt=prompt,
         lowercase=transformer.lowercase,
-        bert_normalizer=_bert_settings(path, transformer.tokenizer),
-        t5_pieces=_tokenizer_class(path, transformer.tokenizer) in T5_TOKENIZERS,
+        bert_normalizer=_bert_settings(path, loader),
+        t5_pieces=_tokenizer_class(path, loader) in T5_TOKENIZERS,
     )
 
 
-def _tokenizer_class(path: Path, tokenizer_args: dict) -> str | None:
-    """The tokenizer class transformers' AutoTokenizer loads: tokenizer_config.json's (the loader's arguments
-    over it), else the one of config.json's model_type (T5's, for the family that splits text its own way)."""
-    name = (_read_object(path / "tokenizer_config.json", {}) | tokenizer_args).get("tokenizer_class")
+def _tokenizer_class(path: Path, loader: dict) -> str | None:
+    """The tokenizer class transformers' AutoTokenizer loads: the loader's (`tokenizer`), else the one of
+    config.json's model_type (T5's, for the family that splits text its own way)."""
+    name = loader.get("tokenizer_class")
     if name is None and _read_object(path / "config.json", {}).get("model_type") == "t5":
         return T5_TOKENIZERS[0]
     return name
 
 
-def _bert_settings(path: Path, tokenizer_args: dict) -> BertSettings | None:
-    """What transformers sets in a BertNormalizer of this tokenizer: tokenizer_config.json's do_lower_case,
-    strip_accents and tokenize_chinese_chars, the loader's arguments over them, each defaulting as the
-    BERT-style classes do. None where the tokenizer class is the generic one, which keeps tokenizer.json's."""
-    cfg = _read_object(path / "tokenizer_config.json", {}) | tokenizer_args
+def _bert_settings(path: Path, cfg: dict) -> BertSettings | None:
+    """What transformers sets in a BertNormalizer of this tokenizer: the loader's (`tokenizer`) do_lower_case,
+    strip_accents and tokenize_chinese_chars, each defaulting as the BERT-style classes do. None where the
+    tokenizer class is the generic one, which keeps tokenizer.json's."""
     if cfg.get("tokenizer_class") in GENERIC_TOKENIZERS:
         return None
     settings = {}
@@ -504,7 +509,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         raise ModelError(f"{path}/config.json: {e}") from None
 
     max_seq_length = min(transformer.max_seq_length or arch.max_tokens, arch.max_tokens)
-    features = arch.hidden_size * len(head.pooling.split("+"))
+    features = pooled_dim(arch.hidden_size, head.pooling)
     for projection in head.projections:
         if projection.in_features != features:
             raise ModelError(

@@ -319,9 +319,7 @@ def _jsonl_lines(uri: str, raw: io.RawIOBase, unit: ShardUnit) -> Iterator[tuple
         try:
             line = stream.readline()
         except OSError as e:
-            if _is_storage(e):
-                raise
-            raise ShardError("CorruptShard", f"unreadable {codec} stream at line {line_no + 1}: {e}") from None
+            raise _corrupt(e, f"unreadable {codec} stream at line {line_no + 1}") from None
         if not line:
             return
         line_no += 1
@@ -334,9 +332,7 @@ def _peek(stream: io.BufferedReader, codec: str | None) -> bytes:
     try:
         return stream.peek(64)[:64]
     except OSError as e:
-        if _is_storage(e):
-            raise
-        raise ShardError("CorruptShard", f"unreadable {codec} stream at its start: {e}") from None
+        raise _corrupt(e, f"unreadable {codec} stream at its start") from None
 
 
 def _check_start(head: bytes, compressed: bool) -> None:
@@ -389,9 +385,7 @@ def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
         # column chunk a page at a time: pyarrow's writer puts a whole table in one row group by default.
         shard = pq.ParquetFile(raw, pre_buffer=False, buffer_size=READ_BUFFER)
     except (ValueError, OSError) as e:  # ArrowInvalid is a ValueError
-        if _is_storage(e):
-            raise
-        raise ShardError("CorruptShard", f"not a Parquet file: {e}") from None
+        raise _corrupt(e, "not a Parquet file") from None
     names = shard.schema_arrow.names
     missing = [f for f in (fields.id, fields.text) if f not in names]
     if missing:
@@ -426,9 +420,15 @@ def _parquet_rows(
                 yield _document(shard, doc_id, text, f"row:{row}", fields, _named(doc_id) and repeats(doc_id, row))
                 row += 1
     except (ValueError, OSError, OverflowError) as e:  # OverflowError: a date or time beyond Python's
-        if _is_storage(e):
-            raise
-        raise ShardError("CorruptShard", f"unreadable Parquet data at row {row}: {e}") from None
+        raise _corrupt(e, f"unreadable Parquet data at row {row}") from None
+
+
+def _corrupt(e: BaseException, what: str) -> ShardError:
+    """The shard's damage `e`, as the CorruptShard error to raise; a storage failure, even wrapped by pyarrow,
+    is raised as it is here: it stops the job."""
+    if _is_storage(e):
+        raise e
+    return ShardError("CorruptShard", f"{what}: {e}")
 
 
 def _is_storage(e: BaseException) -> bool:
