@@ -50,12 +50,16 @@ def measure_on_8_devices() -> dict:
         ids_BT, segments_BT, positions_BT, _ = packed(ids, 2 * spec.max_seq_length)
         rows = -(-ids_BT.shape[0] // DEVICES) * DEVICES
         batch = [np.pad(a, ((0, rows - a.shape[0]), (0, 0))) for a in (ids_BT, segments_BT, positions_BT)]
-        whole = np.asarray(encoders.forward(params, *batch, spec.arch))
+        whole = np.asarray(jax.jit(encoders.forward, static_argnums=4)(params, *batch, spec.arch))
         out = {"meshes": {}}
         for text in MESHES:
             try:
+                # Full batches only (tail_halvings=0): one program per mesh, as the tail's shapes add nothing here.
                 encoder = Encoder(
-                    spec, EncoderConfig(mesh=parse_mesh(text), batch_size=2), devices=jax.devices()[:DEVICES]
+                    spec,
+                    EncoderConfig(mesh=parse_mesh(text), batch_size=2),
+                    tail_halvings=0,
+                    devices=jax.devices()[:DEVICES],
                 )
             except ConfigError as e:
                 out["meshes"][text] = {"refused": str(e)}
