@@ -186,13 +186,6 @@ def test_success_breaks_the_start_up_into_its_steps(finished):
     assert 0 < steps["first group committed"] <= read_report(str(out))["wall_seconds"]
 
 
-def test_demo_corpus_pads_little_and_compiles_few_programs(ray_local, tmp_path):
-    report = run_job(JobConfig(inputs=(str(SAMPLES),), output=str(tmp_path / "out")))
-    # 21 chunks of 150-256 tokens: no two share a row, so the tail of each row is the padding.
-    assert report.padding_efficiency >= 0.85
-    assert max(map(len, report.compiled_shapes.values())) <= 3
-
-
 def test_fd_2_is_put_back_after_a_run_returns_and_after_it_raises(finished, corpus_dir, tmp_path):
     """While a run is on Ray its fd 2 is pipeline.run.stderr_filter's pipe; a notebook's or a test's process
     gets its own back, from a run that returns and from one that raises once it is on Ray."""
