@@ -3,20 +3,23 @@ hidden states and sentence embeddings transformers computes for them.
 
 Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel, MPNetModel,
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel, and a
-T5Model whose encoder alone is run), given larger-than-default random weights so that attention is peaked and
-RoPE, windows and norms all show in the output, and saved as a sentence-transformers model directory:
-config.json, weights in bfloat16 (one directory sharded with model.safetensors.index.json), tokenizer.json (a
-small WordPiece or Unigram vocabulary trained here), modules.json, 1_Pooling/config.json,
+T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token), given
+larger-than-default random weights so that attention is peaked and RoPE, windows and norms all show in the
+output, and saved as a sentence-transformers model directory: config.json, weights in bfloat16 (one directory
+sharded with model.safetensors.index.json), tokenizer.json (a small WordPiece, Unigram or BPE vocabulary trained
+here), modules.json, 1_Pooling/config.json,
 sentence_bert_config.json, and for one model config_sentence_transformers.json with prompts. MPNet models get
 MPNet's tokenizer layout (WordPiece between <s> and </s>, RobertaProcessing, pad id 1) and a
 tokenizer_config.json naming MPNetTokenizer, T5 models a Unigram vocabulary as T5's (text then </s>, pad id 0)
-and one naming T5Tokenizer, and transformers' AutoTokenizer must give the ids recorded here. Beside each
+and one naming T5Tokenizer, Qwen3 a byte-level BPE as Qwen3-Embedding's (text then <|endoftext|>) and one naming
+Qwen2Tokenizer, and transformers' AutoTokenizer must give the ids recorded here. Beside each
 directory, NAME.npz holds the texts, their token ids, transformers' last hidden states (float32, each text run
 alone, unpadded) and the pooled embeddings that sentence-transformers' Pooling (and Dense, and Normalize) make
 of them. Two models have Dense modules after their Pooling (2_Dense/, 3_Dense/: config.json and
 model.safetensors, written by sentence-transformers' own Dense): distilbert-dense, with a
-tokenizer_config.json naming DistilBertTokenizer, and t5-encoder-st, sentence-t5's one; and one pools by three
-modes that only sentence-transformers' own Pooling computes here; their NAME.npz also holds `st_encoded`, what
+tokenizer_config.json naming DistilBertTokenizer, and t5-encoder-st, sentence-t5's one; one pools by three
+modes that only sentence-transformers' own Pooling computes here; and qwen3-embedding, whose encode() pads on the
+left as Qwen3-Embedding's tokenizer_config.json says; their NAME.npz also holds `st_encoded`, what
 sentence-transformers' encode() makes of the texts from the saved directory, all texts in one padded batch.
 
 Two families come as the hub publishes them, not as transformers saves them,
@@ -51,7 +54,7 @@ import numpy as np
 import torch
 import transformers
 from safetensors.torch import save_file
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "tests" / "fixtures" / "families"
@@ -151,6 +154,51 @@ def t5_tokenizer() -> Tokenizer:
     return tok
 
 
+# Qwen2's pre-tokenizer pattern (Qwen3's tokenizer.json): contractions, letter runs with one leading
+# non-letter, single digits, punctuation runs, new lines, other white space.
+QWEN_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+
+
+def bpe_tokenizer() -> Tokenizer:
+    """Qwen3-Embedding-style: byte-level BPE after NFC and Qwen2's split pattern, text then <|endoftext|>
+    (its tokenizer.json's TemplateProcessing: the token sentence-transformers pools by), no BOS, pad
+    <|endoftext|>."""
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.train_from_iterator(
+        corpus(),
+        trainers.BpeTrainer(
+            vocab_size=512, special_tokens=special, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A <|endoftext|>", special_tokens=[("<|endoftext|>", tok.token_to_id("<|endoftext|>"))]
+    )
+    return tok
+
+
+QWEN_TOKENIZER_CONFIG = {
+    "tokenizer_class": "Qwen2Tokenizer",
+    "eos_token": "<|endoftext|>",
+    "pad_token": "<|endoftext|>",
+    "bos_token": None,
+    "unk_token": None,
+    "padding_side": "left",
+    "model_max_length": 32768,
+}
+
+
 T5_TOKENIZER_CONFIG = {
     "tokenizer_class": "T5Tokenizer",
     "eos_token": "</s>",
@@ -204,7 +252,7 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
 class Fixture:
     name: str
     build: Callable[[], tuple[torch.nn.Module, torch.nn.Module]]  # (model to save, base model to run)
-    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet" or "t5"
+    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet", "t5" or "bpe"
     # "mean", "cls" or "lasttoken" (written as the legacy flags), or sentence-transformers' modes joined by "+"
     # (written as sentence-transformers 6 writes a list, and pooled by its own Pooling module)
     pooling: str
@@ -223,6 +271,9 @@ def _vocab(tokenizer: str) -> dict:
     tok = TOKENIZERS[tokenizer]
     if tokenizer == "wordpiece":
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=tok.token_to_id("[PAD]"))
+    if tokenizer == "bpe":
+        eos = tok.token_to_id("<|endoftext|>")
+        return dict(vocab_size=tok.get_vocab_size(), pad_token_id=eos, eos_token_id=eos, bos_token_id=None)
     if tokenizer == "t5":
         pad, eos = tok.token_to_id("<pad>"), tok.token_to_id("</s>")
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad)
@@ -405,7 +456,7 @@ def gte_ntk_model(config, seed: int):
 
 
 def fixtures() -> list[Fixture]:
-    wp, ug, mp, t5 = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet"), _vocab("t5")
+    wp, ug, mp, t5, bpe = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet"), _vocab("t5"), _vocab("bpe")
     T = transformers
     return [
         Fixture(
@@ -774,6 +825,32 @@ def fixtures() -> list[Fixture]:
             False,
             tokenizer_config=T5_TOKENIZER_CONFIG,
         ),
+        Fixture(
+            # Qwen3-Embedding's layout: a Qwen3Model with grouped-query attention (4 query heads, 2 K/V heads)
+            # whose heads (4 x 32) are wider than hidden_size (64), last-token pooling, Normalize.
+            "qwen3-embedding",
+            _base(
+                T.Qwen3Model,
+                T.Qwen3Config(
+                    **bpe,
+                    hidden_size=64,
+                    num_hidden_layers=3,
+                    num_attention_heads=4,
+                    num_key_value_heads=2,
+                    head_dim=32,
+                    intermediate_size=96,
+                    max_position_embeddings=512,
+                    rms_norm_eps=1e-6,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                    tie_word_embeddings=True,
+                ),
+                15,
+            ),
+            "bpe",
+            "lasttoken",
+            True,
+            tokenizer_config=QWEN_TOKENIZER_CONFIG,
+        ),
     ]
 
 
@@ -782,6 +859,7 @@ TOKENIZERS = {
     "unigram": unigram_tokenizer(),
     "mpnet": mpnet_tokenizer(),
     "t5": t5_tokenizer(),
+    "bpe": bpe_tokenizer(),
 }
 
 
@@ -916,9 +994,9 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
-    if fx.tokenizer in ("mpnet", "t5"):
+    if fx.tokenizer in ("mpnet", "t5", "bpe"):
         check_transformers_tokenizer(path, sample, result["ids"])
-    if dense or fx.pooling not in SIMPLE_POOLING:
+    if dense or fx.pooling not in SIMPLE_POOLING or fx.tokenizer == "bpe":
         result["st_encoded"] = st_encode(path, sample)
         assert np.abs(result["st_encoded"] - result["pooled"]).max() < 1e-5, "sentence-transformers differs"
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)

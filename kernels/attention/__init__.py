@@ -1,6 +1,7 @@
 """Attention kernels behind one contract.
 
-    attention(q, k, v, *, kv_lengths=None, segment_ids=None, window=None, relative_bias=None, impl="auto", scale=None)
+    attention(q, k, v, *, kv_lengths=None, segment_ids=None, window=None, relative_bias=None, causal=False,
+              impl="auto", scale=None)
     available_impls()  # names that can run on this platform
     ran()  # what ran in this process: per problem traced, the implementation chosen
     runs_on(impl, platform)  # whether impl can run on a platform ("cpu", "gpu", "tpu")
@@ -10,13 +11,14 @@ attention in plain JAX), pallas (our Pallas kernel: Mosaic on TPU, Triton on GPU
 interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn
 (JAX's cuDNN flash attention on GPU). `tpu_interpret_mode()` emulates a TPU on CPU
 for tests. `RelativeBias` and `RelativeBuckets` describe a T5-style relative position
-bias (MPNet's, T5's), which reference and blockwise add.
+bias (MPNet's, T5's), which reference and blockwise add; `causal` (Qwen3's) masks keys after the query,
+which reference and blockwise do.
 """
 
 import importlib
 
 from kernels.attention._buckets import RelativeBias, RelativeBuckets
-from kernels.attention._impls import IMPLS, RELATIVE_BIAS_IMPLS, runs_on
+from kernels.attention._impls import CAUSAL_IMPLS, IMPLS, RELATIVE_BIAS_IMPLS, runs_on
 
 # Imported on first use (PEP 562): the names and platforms above are all a job's driver needs, and JAX
 # would cost it seconds of start-up and a hundred MB.
@@ -35,6 +37,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "CAUSAL_IMPLS",
     "IMPLS",
     "RELATIVE_BIAS_IMPLS",
     "RelativeBias",

@@ -6,7 +6,8 @@ that can matter to it feeding the online softmax, with heads vectorised. Scores
 exist only as [N, block_q, block_k] tiles, so memory is linear in sequence length.
 
 Skipping: each query block loops only over the key blocks that can hold a key it
-sees (kv_lengths, segment ids, window; `key_block_ranges`). The bounds differ per
+sees (kv_lengths, segment ids, window, causality; `key_block_ranges`): causal, a query
+block never visits the key blocks wholly past its last query. The bounds differ per
 row and query block, so the loops are sequential with dynamic trip counts: a
 `lax.cond` or a batched loop would run under `vmap` as a select over every block
 and save nothing. A packed row then costs the sum of its squared sequence
@@ -46,6 +47,7 @@ def blockwise_attention(
     scale: float,
     window: int | None = None,
     bias: RelativeBias | None = None,
+    causal: bool = False,
     blocks: BlockwiseBlocks = BlockwiseBlocks(),
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
@@ -56,7 +58,14 @@ def blockwise_attention(
     q, k, v = pad_seq(q, block_q), pad_seq(k, block_k), pad_seq(v, block_k)
     q_blocks, kv_seq = q.shape[1] // block_q, k.shape[1]
     ranges = key_block_ranges(
-        kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q, kv_seq=kv_seq, block_k=block_k
+        kv_lengths,
+        segment_ids,
+        window,
+        q_blocks=q_blocks,
+        block_q=block_q,
+        kv_seq=kv_seq,
+        block_k=block_k,
+        causal=causal,
     )
 
     # bfloat16 blocks as their bits: as bfloat16, XLA:CPU transposed them into float32 blocks and
@@ -79,7 +88,7 @@ def blockwise_attention(
         def fold(j, state):
             k_positions = j * block_k + jnp.arange(block_k)
             k_segment = None if segment_ids is None else k_segments[row, j]
-            valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window)
+            valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window, causal)
             k_block, v_block = from_bits(k_blocks[row, j]), from_bits(v_blocks[row, j])
             tile_bias = None if bias is None else relative_bias(by_distance_ND, q_positions, k_positions)
             return _online_softmax.step(state, q_block, k_block, v_block, valid, scale, bias=tile_bias, truncate=True)

@@ -16,7 +16,7 @@ import numpy as np
 from kernels.attention import _platform
 from kernels.attention._blockwise import blockwise_attention
 from kernels.attention._buckets import RelativeBias, RelativeBuckets
-from kernels.attention._impls import IMPLS, PLATFORMS, RELATIVE_BIAS_IMPLS, runs_on
+from kernels.attention._impls import CAUSAL_IMPLS, IMPLS, PLATFORMS, RELATIVE_BIAS_IMPLS, runs_on
 from kernels.attention._jax_shipped import cudnn_attention, tpu_flash_attention, tpu_splash_attention
 from kernels.attention._pallas import pallas_attention
 from kernels.attention._reference import reference_attention
@@ -44,6 +44,7 @@ class Problem:
     segments: bool  # segment ids given (packed rows)
     window: int | None
     relative: RelativeBuckets | None  # how a relative position bias buckets distances, where one is added
+    causal: bool  # a query sees no later key of its segment
     # Inside jax.shard_map with check_vma=True: q varies over some mesh axes and
     # every kernel output must say so.
     varying: bool
@@ -102,6 +103,8 @@ class _Impl:
             return f"needs {' or '.join(sorted(self.platforms)).upper()}, platform is {problem.platform!r}"
         if problem.relative is not None and self.name not in RELATIVE_BIAS_IMPLS:
             return f"it adds no relative position bias (MPNet's, T5's); {' and '.join(sorted(RELATIVE_BIAS_IMPLS))} do"
+        if problem.causal and self.name not in CAUSAL_IMPLS:
+            return f"it has no causal mask within packed segments (Qwen3's); {' and '.join(sorted(CAUSAL_IMPLS))} do"
         return self.limits(problem)
 
 
@@ -133,6 +136,8 @@ def _auto_candidates(problem: Problem) -> list[str]:
         kernels = ["blockwise"]
     if problem.relative is not None:  # only these can: no warning for the kernels that cannot
         kernels = [name for name in kernels if name in RELATIVE_BIAS_IMPLS]
+    if problem.causal:
+        kernels = [name for name in kernels if name in CAUSAL_IMPLS]
     if problem.kv_seq <= SHORT_KV_SEQ.get(problem.platform, 0):
         return ["reference", *kernels]
     return [*kernels, "reference"]
@@ -155,6 +160,7 @@ def ran() -> list[dict]:
             "packed": p.segments,
             "window": p.window,
             "relative_bias": p.relative is not None,
+            "causal": p.causal,
         }
         for p, name in _ran.items()
     ]
@@ -172,6 +178,7 @@ def _run_auto(problem: Problem, run: Callable[[str], jax.Array]) -> jax.Array:
         (", segment ids" if problem.segments else "")
         + (f", window {problem.window}" if problem.window is not None else "")
         + (", relative position bias" if problem.relative is not None else "")
+        + (", causal" if problem.causal else "")
     )
     where = (
         f"attention(impl='auto') on {problem.platform}, {problem.dtype.name}, "
@@ -251,6 +258,7 @@ def attention(
     segment_ids: jax.Array | None = None,
     window: int | None = None,
     relative_bias: RelativeBias | None = None,
+    causal: bool = False,
     impl: str = "auto",
     scale: float | None = None,
 ) -> jax.Array:
@@ -272,6 +280,10 @@ def attention(
     table[n, bucket(s - t)] to the scaled score of query t and key s, in row positions (MPNet's T5-style
     bias); only reference and blockwise take it.
 
+    causal: query t sees no key s > t (row positions; with segment ids, the earlier tokens of its own
+    sequence, which packing lays out in row order), as a decoder run as an encoder attends (Qwen3). Only
+    reference and blockwise take it.
+
     impl is "auto" or one of `IMPLS`; see `available_impls()`.
     Traceable under `jax.jit` and `jax.shard_map` (the platform is read at trace
     time).
@@ -288,14 +300,24 @@ def attention(
     scale = float(head_dim**-0.5 if scale is None else scale)
     varying = bool(jax.typeof(q).manual_axis_type.varying)
     relative = None if relative_bias is None else relative_bias.buckets
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool; got {causal!r}")
     problem = Problem(
-        _platform.platform(), np.dtype(q.dtype), kv_seq, head_dim, segment_ids is not None, window, relative, varying
+        _platform.platform(),
+        np.dtype(q.dtype),
+        kv_seq,
+        head_dim,
+        segment_ids is not None,
+        window,
+        relative,
+        causal,
+        varying,
     )
-    # Only to the implementations that take it: `why_not` refuses it to the others.
-    bias = {} if relative_bias is None else {"bias": relative_bias}
+    # Only to the implementations that take them: `why_not` refuses them to the others.
+    extra = ({} if relative_bias is None else {"bias": relative_bias}) | ({"causal": True} if causal else {})
 
     def run(name: str) -> jax.Array:
-        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window, **bias)
+        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window, **extra)
 
     if impl == "auto":
         return _run_auto(problem, run)

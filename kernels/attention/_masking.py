@@ -4,7 +4,9 @@ to whole blocks.
 Query t sees key s when all of these hold (the contract of `attention`):
 - s < kv_lengths[b] (later keys are padding);
 - segment_ids[b, t] == segment_ids[b, s], when segment ids are given (packed rows);
-- |t - s| <= window, when a window is given (row positions).
+- |t - s| <= window, when a window is given (row positions);
+- s <= t, when causal (row positions: within a packed segment, whose tokens run in row order, a query sees
+  the earlier tokens of its own sequence and itself).
 
 Masked scores are set to a large finite negative, not -inf, so that "score -
 running max" is never inf - inf = NaN; a query that sees no key produces zeros.
@@ -26,6 +28,7 @@ def visible(
     q_segments: jax.Array | None,
     k_segments: jax.Array | None,
     window: int | None,
+    causal: bool = False,
 ) -> jax.Array:
     """Bool mask, the broadcast of its arguments: positions and segments of queries
     along one axis and of keys along another (e.g. [Q, 1] against [1, K])."""
@@ -34,6 +37,8 @@ def visible(
         mask &= q_segments == k_segments
     if window is not None:
         mask &= jnp.abs(q_positions - k_positions) <= window
+    if causal:
+        mask &= k_positions <= q_positions
     return mask
 
 
@@ -88,9 +93,11 @@ def key_block_ranges(
     block_q: int,
     kv_seq: int,
     block_k: int,
+    causal: bool = False,
 ) -> jax.Array:
     """[B, q_blocks, 2] int32: the key blocks [first, end) that can hold a key some
-    query of each query block sees; all others can be skipped.
+    query of each query block sees; all others can be skipped. Causal: none past the
+    block's last query, so the tiles wholly above the diagonal are never visited.
 
     Bounds, not exact: sequences in row order (as packed) make them tight, and
     cost then grows with the sum of squared sequence lengths; for scattered ids
@@ -108,6 +115,8 @@ def key_block_ranges(
         lo, hi = jnp.maximum(lo, first.min(axis=2)), jnp.minimum(hi, last.max(axis=2) + 1)
     if window is not None:
         lo, hi = jnp.maximum(lo, starts - window), jnp.minimum(hi, starts + block_q + window)
+    if causal:
+        hi = jnp.minimum(hi, starts + block_q)
     first_block = lo // block_k
     end_block = jnp.maximum(-(-hi // block_k), first_block)
     return jnp.stack([first_block, end_block], axis=-1).astype(jnp.int32)

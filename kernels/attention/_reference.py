@@ -2,7 +2,7 @@
 
 It materialises the [B, N, T, S] score matrix, so memory is quadratic in sequence
 length; for short sequences that is also often the fastest thing on any chip.
-Segment ids and the window are one more term of the mask; a relative position bias is
+Segment ids, the window and causality are one more term of the mask each; a relative position bias is
 added to the whole score matrix.
 """
 
@@ -24,6 +24,7 @@ def reference_attention(
     scale: float,
     window: int | None,
     bias: RelativeBias | None = None,
+    causal: bool = False,
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
     scores = jnp.einsum("btnh,bsnh->bnts", q, k, precision=MATMUL_PRECISION, preferred_element_type=jnp.float32)
@@ -35,7 +36,7 @@ def reference_attention(
         segments = segment_ids[:, None, :, None], segment_ids[:, None, None, :]
     else:
         segments = None, None
-    valid = visible(*positions, kv_lengths[:, None, None, None], *segments, window)
+    valid = visible(*positions, kv_lengths[:, None, None, None], *segments, window, causal)
     scores = jnp.where(valid, scores, MASK_VALUE)
     weights = jnp.where(valid, jnp.exp(scores - scores.max(axis=-1, keepdims=True)), 0.0)
     total = weights.sum(axis=-1)

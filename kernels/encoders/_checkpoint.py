@@ -114,15 +114,28 @@ class Checkpoint:
 
     def attention_in(self, q: str, k: str, v: str) -> dict[str, np.ndarray]:
         """Separate Q, K, V projections [N*H, D] -> qkv_LDXNH (one layer's slice, X the three in the
-        order q, k, v) and its bias."""
+        order q, k, v) and its bias. With grouped-query attention (`num_kv_heads`), K and V are [N_kv*H, D],
+        each of their heads repeated to the query heads that use it (`_repeat_heads`)."""
         c = self.cfg
-        width = c.num_heads * c.head_dim
-        linears = [self._linear(name, c.hidden_size, width, "qkv") for name in (q, k, v)]
-        w_XDNH = self._stack([w.reshape(c.hidden_size, c.num_heads, c.head_dim) for w, _ in linears])
+        kv = c.num_heads if c.num_kv_heads is None else c.num_kv_heads
+        linears = [
+            self._linear(name, c.hidden_size, heads * c.head_dim, "qkv")
+            for name, heads in ((q, c.num_heads), (k, kv), (v, kv))
+        ]
+        w_XDNH = self._stack([self._repeat_heads(w.reshape(c.hidden_size, -1, c.head_dim), axis=1) for w, _ in linears])
         out = {"qkv_LDXNH": np.moveaxis(w_XDNH, 0, 1)}
         if linears[0][1] is not None:
-            out["qkv_bias_LXNH"] = self._stack([b.reshape(c.num_heads, c.head_dim) for _, b in linears])
+            out["qkv_bias_LXNH"] = self._stack(
+                [self._repeat_heads(b.reshape(-1, c.head_dim), axis=0) for _, b in linears]
+            )
         return out
+
+    def _repeat_heads(self, w: np.ndarray, axis: int) -> np.ndarray:
+        """K/V heads along `axis` -> num_heads, in contiguous groups (head h holds K/V head h // group), as
+        transformers' repeat_kv. Done once as the weights are read, so that q, k and v stay one projection
+        of the shared layout (`qkv_LDXNH`) that every attention kernel and the mesh's head split take
+        unchanged; the price is K/V projections num_heads / num_kv_heads times wider than the checkpoint's."""
+        return w if w.shape[axis] == self.cfg.num_heads else np.repeat(w, self.cfg.num_heads // w.shape[axis], axis)
 
     def fused_qkv(self, name: str) -> dict[str, np.ndarray]:
         """A fused [3*N*H, D] projection, rows q then k then v -> as `attention_in`."""
@@ -206,6 +219,11 @@ class ShapeCheckpoint(Checkpoint):
 
     def __init__(self, shapes: Mapping[str, Sequence[int]], anchors: Sequence[str], cfg: ModelConfig):
         super().__init__({name: _placeholder(tuple(shape)) for name, shape in shapes.items()}, anchors, cfg)
+
+    def _repeat_heads(self, w: np.ndarray, axis: int) -> np.ndarray:
+        shape = list(w.shape)
+        shape[axis] = self.cfg.num_heads
+        return _placeholder(tuple(shape))
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
         # `get` gave every layer's tensors the shapes the config implies, so the layers agree.

@@ -126,6 +126,13 @@ class ModelConfig:
     learned_positions: bool = True
     # What attention multiplies q.k by: None for 1/sqrt(head_dim); T5 does not scale (1.0).
     attention_scale: float | None = None
+    # A decoder run as an encoder (Qwen3): a token attends to the earlier tokens of its sequence only.
+    causal: bool = False
+    # Grouped-query attention: the checkpoint's K/V heads, which the family repeats to num_heads as it reads
+    # them (query head h uses K/V head h // (num_heads // num_kv_heads)); None where every head has its own.
+    num_kv_heads: int | None = None
+    # Qwen3's RMSNorm of each head's q and k over head_dim, before RoPE (`ln_q_scale_LH`, `ln_k_scale_LH`).
+    qk_norm: bool = False
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -139,6 +146,10 @@ class ModelConfig:
             raise ValueError(f"norm_kind must be 'layer' or 'rms', got {self.norm_kind!r}")
         if self.norm_kind == "rms" and "norm" in self.biases:
             raise ValueError("an RMSNorm has no bias: leave 'norm' out of biases")
+        if self.num_kv_heads is not None and (self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):
+            raise UnsupportedModel(
+                f"{self.family}: {self.num_heads} attention heads are not a multiple of {self.num_kv_heads} K/V heads"
+            )
         if len(self.layer_kinds) != self.num_layers:
             raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
         for kind in self.layer_kinds:
@@ -151,8 +162,11 @@ class ModelConfig:
     @property
     def split_axes(self) -> dict[str, int]:
         """The lengths of the logical axes a mesh may split (kernels.sharding_rules): every parameter's
-        heads axis is num_heads long and its mlp axis intermediate_size (a test holds every family to it)."""
-        return {"heads": self.num_heads, "mlp": self.intermediate_size}
+        heads axis is num_heads long and its mlp axis intermediate_size (a test holds every family to it).
+        With grouped-query attention, kv_heads too: a mesh splits the K/V heads with the query heads that use
+        them (`ShardingRules` splits it as heads), so that each K/V head's copies stay on one device."""
+        lengths = {"heads": self.num_heads, "mlp": self.intermediate_size}
+        return lengths if self.num_kv_heads is None else lengths | {"kv_heads": self.num_kv_heads}
 
     @property
     def kinds(self) -> tuple[LayerKind, ...]:

@@ -14,6 +14,7 @@ import pytest
 
 from kernels.attention import RelativeBias, RelativeBuckets, attention, available_impls, tpu_interpret_mode
 from kernels.attention._blockwise import BlockwiseBlocks, blockwise_attention
+from kernels.attention._masking import key_block_ranges
 from kernels.attention._pallas import PallasBlocks, pallas_attention
 
 # Max |out - float64| allowed is atol + rtol * |float64|, outputs being O(1).
@@ -45,13 +46,15 @@ TRANSFORMERS_BUCKET_RUNS = [
 TRANSFORMERS_BUCKETS = np.repeat(*np.array(TRANSFORMERS_BUCKET_RUNS).T)  # [601]: distance d at d + 300
 
 
-def attention_float64(q, k, v, kv_lengths, scale: float, segment_ids=None, window=None, bias=None) -> np.ndarray:
+def attention_float64(
+    q, k, v, kv_lengths, scale: float, segment_ids=None, window=None, bias=None, causal=False
+) -> np.ndarray:
     """The oracle, independent of the code under test: 'BTNH' float64.
 
     Query t of row b sees key s iff s < kv_lengths[b], segment_ids[b, t] ==
-    segment_ids[b, s] (if given) and |t - s| <= window (if given); a query that
-    sees nothing gets zeros. `bias`: a table [N, 32] added to the scaled scores
-    at transformers' bucket of s - t.
+    segment_ids[b, s] (if given), |t - s| <= window (if given) and s <= t (if
+    causal); a query that sees nothing gets zeros. `bias`: a table [N, 32] added
+    to the scaled scores at transformers' bucket of s - t.
     """
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
     out = np.zeros(q.shape, np.float64)
@@ -63,6 +66,8 @@ def attention_float64(q, k, v, kv_lengths, scale: float, segment_ids=None, windo
             sees = sees & (ids[:, None] == ids[None, :])
         if window is not None:
             sees = sees & (np.abs(t - s) <= window)
+        if causal:
+            sees = sees & (s <= t)
         scores = np.einsum("tnh,snh->nts", q[b], k[b]) * scale
         if bias is not None:
             scores = scores + np.asarray(bias, np.float64)[:, TRANSFORMERS_BUCKETS[s - t + 300]]
@@ -92,12 +97,14 @@ def make_inputs(rng, batch, q_seq, kv_seq, heads, head_dim, dtype, logit_scale=1
     return (*(jnp.asarray(x, dtype) for x in (q, k, v)), jnp.asarray(lengths))
 
 
-def check(out, q, k, v, lengths, scale, dtype, what, tolerance=None, segment_ids=None, window=None, bias=None):
+def check(
+    out, q, k, v, lengths, scale, dtype, what, tolerance=None, segment_ids=None, window=None, bias=None, causal=False
+):
     assert out.shape == q.shape and out.dtype == dtype, (what, out.shape, out.dtype)
     out = np.asarray(out.astype(jnp.float32), np.float64)
     assert np.isfinite(out).all(), f"{what}: NaN or Inf in output"
     assert (out[np.asarray(lengths) == 0] == 0).all(), f"{what}: rows without keys must be zeros"
-    expected = attention_float64(q, k, v, lengths, scale, segment_ids, window, bias)
+    expected = attention_float64(q, k, v, lengths, scale, segment_ids, window, bias, causal)
     np.testing.assert_allclose(out, expected, err_msg=what, **(tolerance or TOLERANCES[dtype]))
 
 
@@ -226,6 +233,17 @@ def test_segments_and_window_match_float64(seeded_rng, impl, emulated, dtype, wi
     check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window)
 
 
+def sequences_in_a_row(rng, seq=160, sizes=(1, 37, 2, 64, 5)):
+    """One row of `seq` tokens packing sequences of `sizes`, numbered 1, 2, ... with a padding tail, as the
+    pipeline packs: q, k, v, segment ids [1, seq] and each sequence's (start, end)."""
+    q, k, v, _ = make_inputs(rng, 1, seq, seq, 2, 32, jnp.float32, lengths=(seq,))
+    segments = np.zeros((1, seq), np.int32)
+    starts = np.cumsum([0, *sizes])
+    for i, (start, end) in enumerate(zip(starts, starts[1:])):
+        segments[0, start:end] = i + 1
+    return q, k, v, segments, list(zip(starts, starts[1:]))
+
+
 @pytest.mark.parametrize(
     "impl, emulated, window",
     [pytest.param(*c.values, None, id=c.id) for c in _cases()]
@@ -235,14 +253,10 @@ def test_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated, windo
     """Each sequence's slice of a packed row (numbered 1, 2, ... with a padding
     tail, as the pipeline packs) against that sequence computed alone. With a
     window natively only: emulation is slow and windows are checked above."""
-    seq, sizes = 160, [1, 37, 2, 64, 5]
-    q, k, v, _ = make_inputs(seeded_rng, 1, seq, seq, 2, 32, jnp.float32, lengths=(seq,))
-    segments = np.zeros((1, seq), np.int32)
-    starts = np.cumsum([0, *sizes])
-    for i, (start, end) in enumerate(zip(starts, starts[1:])):
-        segments[0, start:end] = i + 1
+    q, k, v, segments, spans = sequences_in_a_row(seeded_rng)
+    seq = q.shape[1]
     out = run_or_skip(impl, emulated, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), window=window)
-    for start, end in zip(starts, starts[1:]):
+    for start, end in spans:
         alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, window=window)
         np.testing.assert_allclose(
             np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
@@ -345,13 +359,9 @@ def test_relative_bias_over_many_small_blocks(seeded_rng, window):
 
 def test_relative_bias_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
     """Row positions give the same distances as each sequence's own."""
-    seq, sizes = 160, [1, 37, 2, 64, 5]
-    q, k, v, _ = make_inputs(seeded_rng, 1, seq, seq, 2, 32, jnp.float32, lengths=(seq,))
+    q, k, v, segments, spans = sequences_in_a_row(seeded_rng)
+    seq = q.shape[1]
     table = bias_table(seeded_rng)
-    segments = np.zeros((1, seq), np.int32)
-    starts = np.cumsum([0, *sizes])
-    for i, (start, end) in enumerate(zip(starts, starts[1:])):
-        segments[0, start:end] = i + 1
     out = run(
         "blockwise",
         False,
@@ -362,6 +372,75 @@ def test_relative_bias_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
         segment_ids=jnp.asarray(segments),
         relative_bias=with_bias(table),
     )
-    for start, end in zip(starts, starts[1:]):
+    for start, end in spans:
         alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, bias=table)
         np.testing.assert_allclose(np.asarray(out[:, start:end]), alone, **TOLERANCES[jnp.float32])
+
+
+# --- causal attention (Qwen3's: a decoder run as an encoder) -------------------------------------------
+
+
+@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+@pytest.mark.parametrize("dtype, window", [(jnp.float32, None), (jnp.float32, 5), (jnp.bfloat16, None)])
+def test_causal_with_segments_window_and_padding(seeded_rng, impl, dtype, window):
+    """200 tokens, not a whole number of blocks; packed rows, one with scattered ids, rows cut short by
+    kv_lengths: each query sees the earlier keys of its own segment and itself."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, dtype)
+    lengths = jnp.asarray([200, 200, 150, 61], jnp.int32)
+    out = run(impl, False, q, k, v, lengths, segment_ids=segments, window=window, causal=True)
+    what = f"{impl} causal window {window} {dtype.__name__}"
+    check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window, causal=True)
+
+
+@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+def test_causal_cross_attention_and_padding(seeded_rng, impl):
+    """Without segment ids, queries and keys of different lengths: row positions, rows without keys."""
+    q, k, v, lengths = make_inputs(seeded_rng, 5, 75, 301, 3, 16, jnp.float32)
+    out = run(impl, False, q, k, v, lengths, causal=True)
+    check(out, q, k, v, lengths, 16**-0.5, jnp.float32, f"{impl} causal cross", causal=True)
+
+
+@pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
+def test_causal_over_many_small_blocks(seeded_rng, window):
+    """Tiles on the diagonal, skipped tiles above it, sequences across block edges, blocks of queries and
+    keys of different sizes."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
+    blocks = BlockwiseBlocks(block_q=16, block_k=32)
+    kernel = lambda *a: blockwise_attention(*a, scale=32**-0.5, window=window, causal=True, blocks=blocks)  # noqa: E731
+    out = jax.jit(kernel)(q, k, v, lengths, segments)
+    what = f"blockwise small blocks causal window {window}"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, causal=True)
+
+
+def test_causal_blockwise_never_visits_a_tile_above_the_diagonal():
+    """Each block of queries loops over the key blocks up to the one holding its last query, no further."""
+    block_q, block_k, seq = 16, 32, 200
+    q_blocks = -(-seq // block_q)
+    ranges = np.asarray(
+        key_block_ranges(
+            jnp.asarray([seq]),
+            None,
+            None,
+            q_blocks=q_blocks,
+            block_q=block_q,
+            kv_seq=224,
+            block_k=block_k,
+            causal=True,
+        )
+    )[0]
+    last_query = np.minimum((np.arange(q_blocks) + 1) * block_q, seq) - 1
+    np.testing.assert_array_equal(ranges[:, 0], 0)
+    np.testing.assert_array_equal(ranges[:, 1], last_query // block_k + 1)
+
+
+def test_causal_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
+    """Causal within each segment, as the pipeline packs rows: a sequence's slice is that sequence alone."""
+    q, k, v, segments, spans = sequences_in_a_row(seeded_rng)
+    seq = q.shape[1]
+    for impl in ("reference", "blockwise"):
+        out = run(impl, False, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), causal=True)
+        for start, end in spans:
+            alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, causal=True)
+            np.testing.assert_allclose(
+                np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
+            )

@@ -34,7 +34,7 @@ def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
     return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
 
 
-def trace(impl="auto", segments=False, window=None, relative=False, **shape):
+def trace(impl="auto", segments=False, window=None, relative=False, causal=False, **shape):
     """Traces attention without running it: enough to make every dispatch decision. `relative`: with a
     relative position bias of 32 buckets."""
     q = spec(**shape)
@@ -43,7 +43,7 @@ def trace(impl="auto", segments=False, window=None, relative=False, **shape):
 
     def run(q, k, v, s, table):
         bias = None if table is None else RelativeBias(table, RelativeBuckets())
-        return attention(q, k, v, segment_ids=s, window=window, relative_bias=bias, impl=impl)
+        return attention(q, k, v, segment_ids=s, window=window, relative_bias=bias, causal=causal, impl=impl)
 
     return jax.eval_shape(run, q, q, q, ids, table)
 
@@ -299,14 +299,37 @@ def test_a_relative_bias_is_refused_by_the_kernels_without_one(pretend_gpu):
             trace(impl, relative=True, dtype=jnp.bfloat16)
 
 
-@pytest.mark.parametrize("where", ["gpu", "tpu"])
-def test_auto_with_a_relative_bias_picks_blockwise_without_a_warning(fresh_log, monkeypatch, where):
-    """The kernels that cannot add the bias are not tried, so nothing falls back; short rows stay on XLA."""
+@pytest.mark.parametrize("where", ["cpu", "gpu", "tpu"])
+@pytest.mark.parametrize("mask, described", [("relative", "relative position bias"), ("causal", "causal")])
+def test_auto_with_a_relative_bias_or_causal_picks_blockwise_without_a_warning(
+    fresh_log, monkeypatch, where, mask, described
+):
+    """The kernels that cannot add the bias, or mask causally, are not tried, so nothing falls back; short
+    rows stay on XLA."""
     monkeypatch.setattr(_platform, "platform", lambda: where)
-    trace(seq=1024, dtype=jnp.bfloat16, segments=True, relative=True)
-    trace(seq=64, dtype=jnp.bfloat16, segments=True, relative=True)
+    trace(seq=1024, dtype=jnp.bfloat16, segments=True, **{mask: True})
+    trace(seq=64, dtype=jnp.bfloat16, segments=True, **{mask: True})
     messages = [r.getMessage() for r in fresh_log.records]
     assert all(r.levelno == logging.INFO for r in fresh_log.records), messages
-    assert messages[0].endswith("segment ids, relative position bias: using 'blockwise'"), messages
+    assert messages[0].endswith(f"segment ids, {described}: using 'blockwise'"), messages
     assert messages[1].endswith("using 'reference'"), messages
-    assert {"impl": "blockwise", "relative_bias": True}.items() <= _dispatch.ran()[-2].items()
+    flag = {"relative": "relative_bias", "causal": "causal"}[mask]
+    assert {"impl": "blockwise", flag: True}.items() <= _dispatch.ran()[-2].items()
+    assert {"impl": "reference", flag: True}.items() <= _dispatch.ran()[-1].items()
+
+
+@pytest.mark.parametrize("where, impls", [("gpu", ("pallas", "cudnn")), ("tpu", ("pallas", "tpu_flash", "tpu_splash"))])
+def test_causal_attention_is_refused_by_the_kernels_without_it(monkeypatch, where, impls):
+    monkeypatch.setattr(_platform, "platform", lambda: where)
+    for impl in impls:
+        with pytest.raises(
+            ValueError,
+            match=f"'{impl}' cannot run here: it has no causal mask within packed segments \\(Qwen3's\\); blockwise "
+            "and reference do. Can run here: reference, blockwise",
+        ):
+            trace(impl, causal=True, segments=True, dtype=jnp.bfloat16)
+
+
+def test_causal_must_be_a_bool():
+    with pytest.raises(ValueError, match="causal must be a bool; got 1"):
+        trace("reference", causal=1)

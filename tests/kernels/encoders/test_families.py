@@ -40,6 +40,7 @@ FAMILY_OF = {
     "nomic": "nomic_bert",
     "gte": "gte",
     "t5": "t5",
+    "qwen3": "qwen3",
 }
 IMPLS = ["reference", "blockwise"]
 COSINE = 0.99999
@@ -175,9 +176,10 @@ def test_packed_rows_equal_unpacked(name, impl):
     assert all(not pooled_slots[r, s].any() for r, s in absent)
 
 
-def _long_text_cosine(m: Loaded, arch) -> float:
+def _long_text_cosine(m: Loaded, arch, params: dict | None = None) -> float:
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
-    hidden = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl="reference"))
+    params = m.params if params is None else params
+    hidden = np.asarray(encoders.forward(params, ids_BT, segments_BT, positions_BT, arch, attention_impl="reference"))
     last = len(m.ids) - 1
     return cosine(hidden[last, : m.ref["lengths"][last]], m.hidden(last))
 
@@ -291,7 +293,10 @@ def test_the_relative_bias_shows_in_the_fixture(name):
     assert cosine(hidden[last, : m.ref["lengths"][last]], m.hidden(last)) < 0.999
 
 
-@pytest.mark.parametrize("name, family", [("gte-new-ntk", "gte"), ("t5-encoder-st", "t5"), ("t5-v11-model", "t5")])
+@pytest.mark.parametrize(
+    "name, family",
+    [("gte-new-ntk", "gte"), ("t5-encoder-st", "t5"), ("t5-v11-model", "t5"), ("qwen3-embedding", "qwen3")],
+)
 def test_the_family_comes_from_architectures_when_model_type_is_missing(name, family):
     config = json.loads((FAMILY_FIXTURES / name / "config.json").read_text())
     del config["model_type"]
@@ -334,6 +339,46 @@ def test_t5_reads_either_name_of_its_tied_embeddings_and_never_the_decoder(tmp_p
         jax.tree.map(np.testing.assert_array_equal, got, load(name).params)
 
 
+def test_qwen3_attends_causally_with_grouped_kv_heads_and_normed_q_and_k():
+    """Every Qwen3 option as config.json gives it. Each of the three shows in the fixture: attending both ways,
+    giving every query head the first K/V head, or leaving q and k unnormed misses transformers' numbers."""
+    m = load("qwen3-embedding")
+    arch = m.spec.arch
+    assert (arch.causal, arch.num_kv_heads, arch.num_heads, arch.head_dim, arch.hidden_size) == (True, 2, 4, 32, 64)
+    assert (arch.norm, arch.norm_kind, arch.biases, arch.gated_mlp, arch.activation) == (
+        "pre",
+        "rms",
+        frozenset(),
+        True,
+        "silu",
+    )
+    assert arch.layer_kinds[0].rope.theta == 1_000_000.0 and (arch.max_tokens, m.spec.pooling) == (512, "lasttoken")
+    assert not (arch.embedding_norm or arch.learned_positions) and set(m.params["embed"]) == {"word_VD"}
+    assert _long_text_cosine(m, arch) >= COSINE
+    assert _long_text_cosine(m, dataclasses.replace(arch, causal=False)) < 0.999
+    qkv = m.params["layers"]["qkv_LDXNH"]
+    # Contiguous groups, as transformers' repeat_kv: query heads 0, 1 share K/V head 0; 2, 3 K/V head 1.
+    np.testing.assert_array_equal(qkv[:, :, 1:, 0], qkv[:, :, 1:, 1])
+    assert not np.array_equal(qkv[:, :, 1:, 1], qkv[:, :, 1:, 2])
+    one_kv = qkv.copy()
+    one_kv[:, :, 1:] = qkv[:, :, 1:, :1]
+    assert _long_text_cosine(m, arch, m.params | {"layers": m.params["layers"] | {"qkv_LDXNH": one_kv}}) < 0.999
+    unnormed = {k: v for k, v in m.params["layers"].items() if not k.startswith(("ln_q", "ln_k"))}
+    assert _long_text_cosine(m, arch, m.params | {"layers": unnormed}) < 0.999
+
+
+def test_qwen3_reads_the_causal_lm_layout_and_never_its_lm_head(tmp_path):
+    """Qwen3ForCausalLM's tensors: the same under `model.`, beside an `lm_head` that is never read."""
+    path = broken_copy(tmp_path, "qwen3-embedding")
+    tensors = load_file(path / "model.safetensors")
+    causal_lm = {f"model.{k}": v for k, v in tensors.items()} | {"lm_head.weight": tensors["embed_tokens.weight"]}
+    save_file(causal_lm, str(path / "model.safetensors"))
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps(config | {"architectures": ["Qwen3ForCausalLM"]}))
+    got = model_dir.load_params(model_dir.resolve(str(path)))
+    jax.tree.map(np.testing.assert_array_equal, got, load("qwen3-embedding").params)
+
+
 # --- bad models: each one clear error ------------------------------------------------------------
 
 
@@ -359,7 +404,7 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         encoders.config_from_hf({"model_type": "bart", "architectures": ["BartModel"]})
     assert str(e.value) == (
         "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
-        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5"
+        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, qwen3"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "bart"}))
@@ -537,12 +582,45 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ("mpnet-base", {"relative_attention_num_buckets": 64}, "relative_attention_num_buckets 64"),
         ("t5-encoder-st", {"feed_forward_proj": "gated-tanh"}, "t5: feed_forward_proj 'gated-tanh' is not implemented"),
         ("t5-encoder-st", {"feed_forward_proj": "double-gelu"}, "feed_forward_proj 'double-gelu'"),
+        (
+            "qwen3-embedding",
+            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
+            "qwen3: RoPE scaling 'yarn' is not implemented; known: default",
+        ),
+        (
+            "qwen3-embedding",
+            {"rope_parameters": None, "rope_theta": 1e6, "rope_scaling": {"type": "dynamic", "factor": 2.0}},
+            "qwen3: RoPE scaling 'dynamic'",
+        ),
+        (
+            "qwen3-embedding",
+            {"layer_types": None, "use_sliding_window": True, "max_window_layers": 1},
+            r"qwen3: sliding window attention \(layers 1..2\) is not implemented",
+        ),
+        (
+            "qwen3-embedding",
+            {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+            r"qwen3: sliding window attention \(layers 1..1\)",
+        ),
+        ("qwen3-embedding", {"attention_bias": True}, "qwen3: attention_bias true is not implemented"),
+        ("qwen3-embedding", {"num_key_value_heads": 3}, "qwen3: 4 attention heads are not a multiple of 3 K/V heads"),
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):
     config = json.loads((FAMILY_FIXTURES / name / "config.json").read_text())
-    with pytest.raises(encoders.UnsupportedModel, match=message):
+    with pytest.raises(encoders.UnsupportedModel, match=message) as refused:
         encoders.config_from_hf(config | change)
+    assert "\n" not in str(refused.value)
+
+
+def test_qwen3_sliding_window_flags_that_slide_no_layer_are_full_attention():
+    """As Qwen3Config derives layer_types: use_sliding_window with max_window_layers past the last layer slides
+    none; layer_types, where given, win."""
+    config = json.loads((FAMILY_FIXTURES / "qwen3-embedding" / "config.json").read_text())
+    plain = encoders.config_from_hf(config)
+    assert encoders.config_from_hf(config | {"layer_types": None, "use_sliding_window": True}) == plain
+    assert encoders.config_from_hf(config | {"use_sliding_window": True}) == plain
+    assert encoders.config_from_hf(config | {"num_key_value_heads": None}).num_kv_heads == 4
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -21,6 +21,7 @@ FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "st_reference.npz"
 DENSE_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "distilbert-dense"
 POOLING_FIXTURE = DENSE_FIXTURE.with_name("bert-pooling-modes")
 T5_FIXTURE = DENSE_FIXTURE.with_name("t5-encoder-st")
+QWEN3_FIXTURE = DENSE_FIXTURE.with_name("qwen3-embedding")
 
 
 @pytest.fixture(scope="module")
@@ -216,15 +217,26 @@ def test_dense_modules_match_sentence_transformers_encode():
     np.testing.assert_allclose(first_16, got[2, :16] / np.linalg.norm(got[2, :16]), atol=1e-6)
 
 
+def assert_embeds_as_sentence_transformers(fixture: Path, dim: int) -> None:
+    """The Embedder on the fixture's texts gives what sentence-transformers' encode() gave (`st_encoded`)."""
+    reference = np.load(fixture.with_suffix(".npz"))
+    got = Embedder.load(str(fixture)).embed([str(t) for t in reference["texts"]])
+    assert got.shape == reference["st_encoded"].shape == (6, dim)
+    assert cosine(got, reference["st_encoded"]).min() >= 0.99999
+    np.testing.assert_allclose(got, reference["st_encoded"], atol=2e-5)
+
+
 def test_sentence_t5_matches_sentence_transformers_encode():
     """sentence-t5's layout: a T5EncoderModel, mean pooling over the text and its </s>, a Dense without bias or
     activation and Normalize; the tokenizer T5Tokenizer's (text then </s>, pad id 0)."""
-    reference = np.load(T5_FIXTURE.with_suffix(".npz"))
-    embedder = Embedder.load(str(T5_FIXTURE))
-    got = embedder.embed([str(t) for t in reference["texts"]])
-    assert got.shape == reference["st_encoded"].shape == (6, 48)
-    assert cosine(got, reference["st_encoded"]).min() >= 0.99999
-    np.testing.assert_allclose(got, reference["st_encoded"], atol=2e-5)
+    assert_embeds_as_sentence_transformers(T5_FIXTURE, 48)
+
+
+def test_qwen3_embedding_matches_sentence_transformers_encode():
+    """Qwen3-Embedding's layout: a Qwen3Model (causal, grouped-query attention), pooled by its last token, the
+    <|endoftext|> its byte-level BPE tokenizer appends, and Normalize; sentence-transformers' encode() pads the
+    batch on the left (tokenizer_config.json's padding_side), the Embedder packs it several to a row."""
+    assert_embeds_as_sentence_transformers(QWEN3_FIXTURE, 64)
 
 
 def test_concatenated_pooling_modes_match_sentence_transformers_encode():

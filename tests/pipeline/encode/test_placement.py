@@ -114,6 +114,26 @@ def test_a_mesh_the_model_does_not_split_over_is_refused_from_its_config():
         check_encoders(tpu, EncoderConfig(mesh=(("data", 1), ("model", 5))), MINILM)
 
 
+def test_qwen3s_causal_attention_and_grouped_kv_heads_are_checked_from_its_config():
+    """Qwen3 attends causally, which reference and blockwise do; its 2 K/V heads split with the 4 query heads
+    that use them, so a model axis must divide 2 as well as 4."""
+    qwen3 = model_dir.resolve(str(FAMILY_FIXTURES / "qwen3-embedding"))
+    tpu = place_encoders("auto", [node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
+    for attention in ("auto", "blockwise", "reference"):
+        check_encoders(tpu, EncoderConfig(attention=attention, mesh=(("model", 2),)), qwen3)
+    with pytest.raises(
+        ConfigError,
+        match="--attention tpu_splash has no causal mask, which model .*qwen3-embedding .qwen3. attends with; "
+        "these can: auto, reference, blockwise$",
+    ):
+        check_encoders(tpu, EncoderConfig(attention="tpu_splash"), qwen3)
+    with pytest.raises(
+        ConfigError,
+        match="mesh data=1,model=4 does not fit model .*: cannot split kv_heads .2. over mesh axis 'model' of size 4$",
+    ):
+        check_encoders(tpu, EncoderConfig(mesh=(("model", 4),)), qwen3)
+
+
 def test_a_dense_kernel_the_encoder_hosts_cannot_run_is_refused_naming_what_was_asked(monkeypatch):
     cpu = place_encoders("cpu", [node()], cpu_actors=None, cpu_per_actor=1)
     with pytest.raises(ConfigError, match="on the cpu encoder actors: .* add --dtype bfloat16 \\(asked float32\\)"):
