@@ -10,8 +10,6 @@ import dataclasses
 from collections.abc import Mapping
 
 MESH_AXES = ("data", "model")
-# Logical axes that split as another does.
-_FOLLOWS = {"kv_heads": "heads"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,9 +29,7 @@ class ShardingRules:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def mesh_axis(self, logical: str) -> str | None:
-        # Grouped-query attention's K/V heads (no parameter's axis: the family repeats them to the query heads)
-        # split with the heads that use them.
-        return self._table().get(_FOLLOWS.get(logical, logical))
+        return self._table().get(logical)
 
     def check_divisible(self, lengths: Mapping[str, int], mesh: Mapping[str, int]) -> None:
         """Raises ValueError naming every logical axis whose length (`lengths`: logical axis -> length) the size

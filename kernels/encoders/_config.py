@@ -163,10 +163,9 @@ class ModelConfig:
     def split_axes(self) -> dict[str, int]:
         """The lengths of the logical axes a mesh may split (kernels.sharding_rules): every parameter's
         heads axis is num_heads long and its mlp axis intermediate_size (a test holds every family to it).
-        With grouped-query attention, kv_heads too: a mesh splits the K/V heads with the query heads that use
-        them (`ShardingRules` splits it as heads), so that each K/V head's copies stay on one device."""
-        lengths = {"heads": self.num_heads, "mlp": self.intermediate_size}
-        return lengths if self.num_kv_heads is None else lengths | {"kv_heads": self.num_kv_heads}
+        Grouped-query attention adds no axis: its K/V heads are repeated to num_heads as they are read, so a
+        mesh splits them as it splits the query heads, each device holding the copies its query heads use."""
+        return {"heads": self.num_heads, "mlp": self.intermediate_size}
 
     @property
     def kinds(self) -> tuple[LayerKind, ...]:
