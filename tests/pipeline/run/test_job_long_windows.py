@@ -35,6 +35,8 @@ FAMILIES = {
     "gte": ("gte-new-ntk", {"dim": 16}),
     # No position table: only the window bound (n_positions) grows, its relative bias buckets any distance.
     "t5": ("t5-encoder-st", {}),
+    # Causal attention at a long window, and the last token pooled: the <|endoftext|> its tokenizer appends.
+    "qwen3": ("qwen3-embedding", {}),
 }
 # The generated documents' words, in order.
 WORDS = [f"{w}{i % 97}" for i in range(3 * WINDOW) for w in ("river", "stone", "light")]
