@@ -49,6 +49,16 @@ class Problem:
     # every kernel output must say so.
     varying: bool
 
+    def needs(self) -> list[tuple[frozenset[str], str]]:
+        """What this problem asks that only some implementations take: (those implementations, what the others
+        lack), for `why_not`'s refusals and the candidates of `auto`."""
+        needed = []
+        if self.relative is not None:
+            needed.append((RELATIVE_BIAS_IMPLS, "it adds no relative position bias (MPNet's, T5's)"))
+        if self.causal:
+            needed.append((CAUSAL_IMPLS, "it has no causal mask within packed segments (Qwen3's)"))
+        return needed
+
 
 def _no_limits(problem: Problem) -> str | None:
     return None
@@ -101,10 +111,9 @@ class _Impl:
     def why_not(self, problem: Problem) -> str | None:
         if self.platforms is not None and problem.platform not in self.platforms:
             return f"needs {' or '.join(sorted(self.platforms)).upper()}, platform is {problem.platform!r}"
-        if problem.relative is not None and self.name not in RELATIVE_BIAS_IMPLS:
-            return f"it adds no relative position bias (MPNet's, T5's); {' and '.join(sorted(RELATIVE_BIAS_IMPLS))} do"
-        if problem.causal and self.name not in CAUSAL_IMPLS:
-            return f"it has no causal mask within packed segments (Qwen3's); {' and '.join(sorted(CAUSAL_IMPLS))} do"
+        for impls, lacking in problem.needs():
+            if self.name not in impls:
+                return f"{lacking}; {' and '.join(sorted(impls))} do"
         return self.limits(problem)
 
 
@@ -134,10 +143,8 @@ def _auto_candidates(problem: Problem) -> list[str]:
         kernels = ["cudnn", "pallas", "blockwise"] if problem.dtype in HALF_DTYPES else ["pallas", "blockwise"]
     else:
         kernels = ["blockwise"]
-    if problem.relative is not None:  # only these can: no warning for the kernels that cannot
-        kernels = [name for name in kernels if name in RELATIVE_BIAS_IMPLS]
-    if problem.causal:
-        kernels = [name for name in kernels if name in CAUSAL_IMPLS]
+    for impls, _ in problem.needs():  # only these can: no warning for the kernels that cannot
+        kernels = [name for name in kernels if name in impls]
     if problem.kv_seq <= SHORT_KV_SEQ.get(problem.platform, 0):
         return ["reference", *kernels]
     return [*kernels, "reference"]
