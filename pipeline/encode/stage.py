@@ -66,19 +66,20 @@ class EncodeBlock:
         self.calls += 1
         chunks = unpack(packs)
         if self.profile_dir is None or self.calls > self.PROFILED_CALLS:
-            return self._encode(chunks)
+            return self._encode(chunks, packs.num_rows)
         import jax  # loaded by the encoder already
 
         with jax.profiler.trace(self.profile_dir):
-            return self._encode(chunks)
+            return self._encode(chunks, packs.num_rows)
 
-    def _encode(self, batch: pa.Table) -> pa.Table:
+    def _encode(self, batch: pa.Table, packs: int) -> pa.Table:
         ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
         ok_idx = ok.nonzero()[0]
         token_ids = batch.column("token_ids").take(ok_idx).to_pylist()
         with self.clock.timing("encode") as counts:
             emb_ND, stats = self.encoder.encode_ids(token_ids)
             counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
+        self.clock.count("encode", rows_in=packs, rows_out=batch.num_rows)
         # A retried call holds the same rows: its report replaces the first attempt's.
         state = EncoderCall(
             stats,

@@ -123,8 +123,16 @@ def work_blocks(recorded: pa.Table, plan: Callable[[dict], ShardPlan | None] | N
     block of its own, and a big shard that `plan` (given the shard's entry)
     cuts into units (`pipeline.io.shards.plan_units`) one block per unit, so
     that its units spread over the extraction workers.
+
+    A group's blocks come one after another, groups in the order of their first
+    entry: the listing's order interleaves a run of files with the shards listed
+    among them, and the read counts a group as started at its first block.
     """
     rows = recorded.to_pylist()
+    first_entry: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        first_entry.setdefault(row["group"], i)
+    rows.sort(key=lambda row: first_entry[row["group"]])  # stable: a group's entries keep their order
     start = 0
     while start < len(rows):
         first = rows[start]

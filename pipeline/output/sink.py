@@ -94,6 +94,7 @@ def write_block(
             rows = batch.filter(pc.equal(batch.column("group"), group))
             summaries.append(_write_group(fs, root, group, rows, metadata or {}))
         counts.update(rows=batch.num_rows, parts=sum(len(s["parts"]) for s in summaries))
+    clock.count("write", rows_in=batch.num_rows)
     clock.send()
     return summaries
 

@@ -27,10 +27,10 @@ record at once, and the driver held Ray Data's state for every queued block
 window is sized in encoder calls (`in_flight_groups`) so that the encoder never
 waits for it: at first in the most files a call may hold, then in the files the
 committed groups show a call to take (`Window`), which for PDFs is a hundred
-times fewer. A window can never deadlock the job for good: a read that finds
-it full and sees no commit for a while (`ListingFeed.room`) lets one more group
-through (a stage that batches rows, waiting for rows that a full window keeps
-back, would otherwise wait for ever).
+times fewer. A window never holds the job up: a read that finds it full while
+no stage holds the rows its call waits for (the stages' counts, `Flow`) grows
+it (`ListingFeed.room`), and one that sees no commit for 30 s lets a group
+through whatever the counts say.
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ class RecordedInputs(Datasource):
         done = pa.array(sorted(self.done), pa.string())
         # Groups counted as the driver counts its commits: those the rerun kept, then each one started here.
         started = len(self.done)
-        group, k = None, 0
+        group, k, yielded = None, 0, 0
         while ray.get(self.feed.wait_for.remote(k)):
             part = inputs.read_part(self.output, k)
             todo = part.filter(pc.invert(pc.is_in(part.column("group"), value_set=done)))
@@ -290,8 +290,9 @@ class RecordedInputs(Datasource):
                 if block_group != group:  # a group's blocks come one after another
                     # Asked at each group: the driver may have sized the window since (`Window`).
                     pdfs = self.pdf_window is not None and block.column("kind")[0].as_py() == "pdf"
-                    ray.get(self.feed.room.remote(started, self.pdf_window if pdfs else self.window))
+                    ray.get(self.feed.room.remote(started, self.pdf_window if pdfs else self.window, yielded))
                     group, started = block_group, started + 1
+                yielded += block.num_rows
                 yield block
             k += 1
 

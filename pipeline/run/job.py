@@ -48,9 +48,10 @@ from pipeline.output.resume import Resume, clear_staging, held_alone, open_outpu
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
 from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args, storage_failures_in_one_line
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
-from pipeline.run.listing_feed import ListingFailed
+from pipeline.run.listing_feed import STALL_SECONDS, ListingFailed
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.shutdown import Interrupted, interruptible
+from pipeline.run.stage_clock import Flow
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.run.stderr_filter import known_ray_noise_dropped
 from pipeline.run.tally import RUN_COORDINATOR_PREFIX, RunCoordinator, SendToTally
@@ -84,6 +85,13 @@ class JobGraph:
     fields: ShardFields
     metadata: dict[str, str]  # Parquet metadata of every part
     record: SendToTally
+
+    def flow(self) -> Flow:
+        """The stages as `dataset` runs them, with the rows a call of each waits for: the extraction, fused with
+        the chunk stage, CHUNK_BATCH work rows (and unfused, the chunk stage as many documents); the encoders
+        a call each; a writer any row."""
+        calls = encode_call_packs(self.placement, self.cfg.encoder) * self.placement.actors
+        return Flow((("read", CHUNK_BATCH), ("chunk", CHUNK_BATCH), ("encode", calls), ("write", 1)))
 
     def dataset(self, source: RecordedInputs) -> ray.data.Dataset:
         """The Ray Data graph over the recorded listing: summary rows of committed parts come out of it."""
@@ -268,15 +276,15 @@ def _run_on_ray(
     state, ledger, pages = opened
     record = state.record
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
-    coordinator = _on_this_node(RunCoordinator, name=coordinator_name)
+    metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))
+    coordinator = _on_this_node(RunCoordinator, coordinator_name, STALL_SECONDS, graph.flow())
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
     report = RunReport.start(cfg, spec, chunking, extract)
     report.add_summaries(
         [{**m["counts"], "error_types": json.dumps(m["counts"]["error_types"])} for m in state.done.values()],
         resumed=True,
     )
-    metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
-    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))
     # A pack is about one window of tokens and holds the chunks of one chunk-stage call, so at most CHUNK_BATCH
     # files.
     call_packs = encode_call_packs(placement, cfg.encoder)
@@ -297,7 +305,9 @@ def _run_on_ray(
             fetch_stages = lambda: ray.get(coordinator.stages.remote())  # noqa: E731
             with progress_shown(cfg.verbosity, update, started=started, stages=fetch_stages):
                 _run_groups(graph.dataset(source), report, ledger, recorder, window, still_held)
-        encoders, stages = ray.get([coordinator.encoders.remote(), coordinator.stages.remote()])
+        encoders, stages, report.read_window = ray.get(
+            [coordinator.encoders.remote(), coordinator.stages.remote(), coordinator.read_window.remote()]
+        )
     finally:
         recorder.stop()
         ray.kill(coordinator)
@@ -380,10 +390,10 @@ def _say_recorded_group_size(record: Record, group_size: int) -> None:
     )
 
 
-def _on_this_node(actor_class, **options) -> ray.actor.ActorHandle:
+def _on_this_node(actor_class, name: str, *args) -> ray.actor.ActorHandle:
     """An actor on the driver's node: the job outlives any other node, and so must the counters and the feed."""
     node = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-    return actor_class.options(scheduling_strategy=node, **options).remote()
+    return actor_class.options(scheduling_strategy=node, name=name).remote(*args)
 
 
 def _run_groups(

@@ -13,10 +13,13 @@ and 177 MB against 0.6 s and 71 MB to import, on the project's AMD EPYC).
 from __future__ import annotations
 
 import asyncio
+import time
 
-# A read that finds its window full and sees no commit for this long lets one more group through: a stage
-# that batches rows, waiting for rows that a full window keeps back, would otherwise wait for ever.
+# A read that finds its window full and sees no commit for this long lets one more group through: the last
+# resort, should the stages' counts (`starved`) miss a stage that waits for rows the window keeps back.
 STALL_SECONDS = 30.0
+# How often a read waiting for room asks whether the stages are starved.
+POLL_SECONDS = 0.25
 
 
 class ListingFailed(RuntimeError):
@@ -28,6 +31,9 @@ class ListingFeed:
 
     def __init__(self, stall_seconds: float = STALL_SECONDS):
         self.stall_seconds = stall_seconds
+        self.grown = 0  # groups the window grew by, each time the stages starved behind it
+        self.last_groups: int | None = None
+        self.starvations = self.stalls = 0
         self.parts = 0
         self.ended = False
         self.failure: str | None = None
@@ -56,22 +62,48 @@ class ListingFeed:
                 self.committed, self.window = groups, window or self.window
                 self.changed.notify_all()
 
-    async def room(self, started: int, window: int) -> None:
-        """Waits until fewer than `window` (the driver's window, once it sent one) of the `started` groups are
-        uncommitted, or until `stall_seconds` pass without a commit."""
+    async def room(self, started: int, window: int, yielded: int = 0) -> None:
+        """Waits until fewer than `window` (the driver's window, once it sent one, and what it grew by) of the
+        `started` groups are uncommitted, the read having handed on `yielded` work rows.
+
+        A window sized from what groups held so far can be too small for what comes: groups of scanned PDFs,
+        whose error rows make a sixteenth of a pack each, or one-line shards, a group each. Then every stage
+        waits for rows that the window keeps back and nothing commits; the window doubles what it grew by,
+        at once, and keeps it. After `stall_seconds` without a commit the next group goes through anyway.
+        """
         async with self.changed:
-            while started - self.committed >= (self.window or window):
-                if not await self._next_commit():
+            stall_at = time.monotonic() + self.stall_seconds
+            while started - self.committed >= self._groups(window):
+                if await self._commit_within(POLL_SECONDS):
+                    stall_at = time.monotonic() + self.stall_seconds
+                elif self.starved(yielded):
+                    self.grown, self.starvations = max(1, 2 * self.grown), self.starvations + 1
+                elif time.monotonic() >= stall_at:
+                    self.stalls += 1
                     break
 
-    async def _next_commit(self) -> bool:
-        """Waits (holding the condition) for the next commit: False once `stall_seconds` pass without one."""
+    async def _commit_within(self, seconds: float) -> bool:
+        """Waits (holding the condition) up to `seconds` for the next commit: whether one came."""
         seen = self.committed
         try:
-            await asyncio.wait_for(self.changed.wait_for(lambda: self.committed != seen), self.stall_seconds)
+            await asyncio.wait_for(self.changed.wait_for(lambda: self.committed != seen), seconds)
         except TimeoutError:
             return False
         return True
+
+    def starved(self, yielded: int) -> bool:
+        """Whether no stage can start a call until the read hands on more than its `yielded` work rows: never,
+        here; the run's coordinator knows from the stages' counts (`RunCoordinator.starved`)."""
+        return False
+
+    def _groups(self, window: int) -> int:
+        self.last_groups = (self.window or window) + self.grown
+        return self.last_groups
+
+    def read_window(self) -> dict:
+        """For the run's report: the window in groups as last asked, what it grew by, how often the stages
+        starved behind it and how often the read went on after a stall."""
+        return {"groups": self.last_groups, "grown": self.grown, "starved": self.starvations, "stalled": self.stalls}
 
     async def wait_for(self, k: int) -> bool:
         """True once part `k` is recorded; False when the listing ended before it; ListingFailed if it failed."""

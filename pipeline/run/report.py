@@ -39,6 +39,7 @@ class RunReport:
     compile_cache: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: hits, misses
     ran: dict[str, dict] = dataclasses.field(default_factory=dict)  # per encoder: what it ran (`Encoder.ran`)
     stages: StageTable = dataclasses.field(default_factory=StageTable)
+    read_window: dict = dataclasses.field(default_factory=dict)  # `ListingFeed.read_window`
     finished_at: str = ""
 
     @classmethod
@@ -118,6 +119,7 @@ class RunReport:
             "encoders_ran": self.ran,
             "stages": self.stages.to_json(self.wall_seconds),
             "bottleneck": self.stages.bottleneck(self.wall_seconds),
+            "read_window": self.read_window,
             "finished_at": self.finished_at,
         }
 

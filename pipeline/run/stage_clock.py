@@ -114,10 +114,39 @@ class StageClock:
             call = StageTotals(busy, counts, {self.worker}, wall, wall + busy)
             self.pending.setdefault(stage, StageTotals()).add(call)
 
+    def count(self, stage: str, **counts: int) -> None:
+        """Counts without a time: the rows a stage's call took and handed on (`Flow`), known once it is done."""
+        self.pending.setdefault(stage, StageTotals()).add(StageTotals(counts=collections.Counter(counts)))
+
     def send(self, *, call: str | None = None, encoder: EncoderCall | None = None) -> None:
         if self.record is not None and (self.pending or encoder is not None):
             self.record(Increment(self.worker, self.pending, call, encoder))
         self.pending = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Flow:
+    """The job's stages in data-flow order, each with the rows its calls wait for: Ray Data starts a call only
+    once that many rows are queued in front of the stage, or its input has ended (`map_batches`' batch_size;
+    the extraction, fused with the chunk stage, bundles the chunk stage's batch of work rows).
+
+    Each stage's worker counts `rows_in` and `rows_out` per call, sent when the call is done, so the rows
+    queued in front of a stage, those still in its running calls included, are what the stage before it
+    handed on less what it took. When no stage holds as many as its call waits for, none can start one:
+    only more input moves the job on (`RunCoordinator.starved`).
+    """
+
+    waits: tuple[tuple[str, int], ...]  # (stage, rows its call waits for)
+
+    def starved(self, table: StageTable, yielded: int) -> bool:
+        """Whether no stage can start a call, given the rows the read has `yielded`."""
+        handed = yielded
+        for stage, rows in self.waits:
+            counts = table.stages[stage].counts if stage in table.stages else collections.Counter()
+            if handed - counts["rows_in"] >= rows:
+                return False
+            handed = counts["rows_out"]
+        return True
 
 
 class StageTable:
@@ -198,8 +227,10 @@ class RunTally:
         self.loose = StageTable()
         self.calls: dict[str, Increment] = {}
         self.latest: dict[str, Increment] = {}  # per encoder worker, its last increment
+        self.recorded_at = time.monotonic()  # when the last increment came
 
     def record(self, increment: Increment) -> None:
+        self.recorded_at = time.monotonic()
         if increment.call is None:
             self.loose.add(increment.stages)
         else:

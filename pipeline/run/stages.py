@@ -77,10 +77,13 @@ def extract_block(
             for r, data in zip(files, contents)
         )
     contents = iter(contents)
+    handed = 0
     for row in items:
         group = {name: row[name] for name in GROUP_NAMES}
         if row["kind"] in SHARD_KINDS:
-            yield from _shard_blocks(row["uri"], row["kind"], group, _unit(row), fields, clock)
+            for block in _shard_blocks(row["uri"], row["kind"], group, _unit(row), fields, clock):
+                handed += block.num_rows
+                yield block
             continue
         doc = {"doc_id": doc_id_of(row["uri"]), "kind": row["kind"], "pages": None, **group}
         data = next(contents)
@@ -103,6 +106,8 @@ def extract_block(
                 raise  # not this document's fault: every document after it would fail the same way
             except Exception as e:  # one document's failure must never take its batch mates down
                 rows.append(error_row(doc, "extract", type(e).__name__, str(e)))
+    # The flow's counts once the call is done, so that its work rows count as queued until then (`Flow`).
+    clock.count("read", rows_in=len(items), rows_out=handed + len(rows))
     clock.send()
     if rows:
         yield pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
@@ -189,9 +194,11 @@ class ChunkBlock:
                 continue
             n = None if is_error(chunks[0]) else len(chunks)
             rows.extend({**chunk, **group, "doc_chunks": n} for chunk in chunks)
-        self.clock.send()
         chunks = pa.Table.from_pylist(rows, schema=CHUNK_SCHEMA)
-        return chunks if self.packer is None else self.packer(chunks)
+        handed = chunks if self.packer is None else self.packer(chunks)
+        self.clock.count("chunk", rows_in=batch.num_rows, rows_out=handed.num_rows)
+        self.clock.send()
+        return handed
 
     def _chunks(self, doc: dict) -> list[dict]:
         with self.clock.timing("tokenise") as counts:

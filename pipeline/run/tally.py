@@ -16,11 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 
 import ray
 
 from pipeline.run.listing_feed import STALL_SECONDS, ListingFeed
-from pipeline.run.stage_clock import Increment, RunTally
+from pipeline.run.stage_clock import Flow, Increment, RunTally
+
+# The stages are taken as starved only after this long without an increment: a call's counts come as it ends,
+# and a fused call of the CPU stages sends the extraction's before its chunk stage's last.
+SETTLE_SECONDS = 0.5
 
 # The run's coordinator is named by this prefix and the run's id, so that tests and tools find its tally with
 # `ray.util.list_named_actors()` and `ray.get_actor`: the name docs/run-report.md gave the tally's own actor.
@@ -36,10 +41,18 @@ class RunCoordinator(ListingFeed, RunTally):
     whole between the feed's awaits, as it did in an actor of its own.
     """
 
-    def __init__(self, stall_seconds: float = STALL_SECONDS):
+    def __init__(self, stall_seconds: float = STALL_SECONDS, flow: Flow | None = None):
+        """`flow`: the job's stages and the rows their calls wait for; None: the stages never count as starved,
+        and a full window waits for a commit or a stall."""
         ListingFeed.__init__(self, stall_seconds)
         RunTally.__init__(self)
+        self.flow = flow
         self.written: list[dict] = []  # the writers' summary rows, until the driver takes them
+
+    def starved(self, yielded: int) -> bool:
+        """From the stages' counts (`Flow.starved`), once no increment has come for SETTLE_SECONDS."""
+        settled = time.monotonic() - self.recorded_at >= SETTLE_SECONDS
+        return self.flow is not None and settled and self.flow.starved(self.stages(), yielded)
 
     def wrote(self, rows: list[dict]) -> None:
         self.written.extend(rows)

@@ -62,3 +62,19 @@ def test_work_blocks_never_mix_groups_and_close_at_their_byte_budget():
     assert [b.num_rows for b in work_blocks(pdfs)] == [CHUNK_BATCH, CHUNK_BATCH, 8]
     big_pdfs = record_groups(listing([f"/d/p{i}.pdf" for i in range(9)], size=BLOCK_BYTES // 4), 64, "s")
     assert [b.num_rows for b in work_blocks(big_pdfs)] == [4, 4, 1]  # big PDFs close a block by their bytes
+
+
+def test_a_groups_blocks_come_together_though_the_listing_interleaves_its_files_with_shards():
+    """Sorted, a run of files is broken up by the shards listed among them: the read counts a group as started
+    at its first block, and counted a broken run once per piece, so that a window of 6 groups filled at the
+    fourth real one and waited for a commit that the stages, waiting for rows, never made."""
+    uris = ["/d/a.txt", "/d/b.jsonl", "/d/c.pdf", "/d/d.parquet", "/d/e.txt", "/d/f.jsonl"]
+    blocks = list(work_blocks(record_groups(listing(uris, size=10), 64, "s")))
+    groups = [b.column("group")[0].as_py() for b in blocks]
+    assert len(groups) == len(set(groups)) == 4
+    assert [b.column("uri").to_pylist() for b in blocks] == [
+        ["/d/a.txt", "/d/c.pdf", "/d/e.txt"],
+        ["/d/b.jsonl"],
+        ["/d/d.parquet"],
+        ["/d/f.jsonl"],
+    ]

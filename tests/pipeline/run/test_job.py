@@ -173,6 +173,33 @@ def test_success_names_each_stage_and_the_bottleneck(finished):
         assert stage["workers"] >= 1 and stage["busy_s"] > 0
         assert 0 < stage["utilisation"] <= 1.05  # clocks of different processes: a little slack
     assert success["bottleneck"] in stages
+    # The rows each stage took and handed on, which say when the stages starve behind the read's window.
+    assert stages["read"]["rows_in"] == counts["inputs"]  # work rows: a file each, no shard read in units
+    assert stages["read"]["rows_out"] == stages["chunk"]["rows_in"] == counts["docs_ok"] + counts["docs_failed"]
+    assert stages["chunk"]["rows_out"] == stages["encode"]["rows_in"]
+    assert stages["encode"]["rows_out"] == stages["write"]["rows_in"] == stages["write"]["rows"]
+
+
+def test_groups_the_window_cannot_fill_a_call_with_grow_it_and_never_wait_for_the_stall(ray_local, tmp_path):
+    """Scanned PDFs (no text: an error row each, sixteen to a pack) and one-line shards (a group each) fill no
+    encoder call within a window sized for PDFs of text: every stage waited for rows the window kept back,
+    and the job moved a group per 30-second stall (600 scanned PDFs: 135 s instead of 12 s). The stages'
+    counts say when they starve, and the window grows at once. The shards sort among the PDFs, so that the
+    run of PDFs is broken up by them (a group's blocks must still come together)."""
+    corpus = tmp_path / "in"
+    corpus.mkdir()
+    blank = text_pdf([""])
+    for i in range(160):
+        (corpus / f"scan{i:03d}.pdf").write_bytes(blank)
+    for i in range(0, 160, 8):
+        (corpus / f"scan{i:03d}a.jsonl").write_text(json.dumps({"id": f"s{i}", "text": f"Line {i}."}) + "\n")
+    out = tmp_path / "out"
+    # Calls of 32 packs (batch 1 on 2 CPU devices): 512 error rows fill one; groups of 8 PDFs, 12 in the window.
+    run_job(JobConfig(inputs=(str(corpus),), output=str(out), group_size=8, encoder=EncoderConfig(batch_size=1)))
+    success = read_report(str(out))
+    assert success["counts"]["docs_ok"] == 20 and success["errors_by_type"] == {"NoText": 160}
+    window = success["read_window"]
+    assert window["stalled"] == 0 and window["starved"] >= 1 and window["grown"] >= 1
 
 
 def test_success_breaks_the_start_up_into_its_steps(finished):

@@ -1,7 +1,7 @@
 import time
 
 from pipeline.encode.batching import EncodeStats
-from pipeline.run.stage_clock import EncoderCall, RunTally, StageClock, StageTable, StageTotals
+from pipeline.run.stage_clock import EncoderCall, Flow, RunTally, StageClock, StageTable, StageTotals
 
 
 def test_a_clock_sends_what_it_timed_since_the_last_send():
@@ -81,3 +81,29 @@ def test_a_retried_encoder_call_counts_once():
     assert encoders["host:2"].stats == EncodeStats(100, 128, 1)
     assert tally.stages().stages["encode"].counts["tokens"] == 200
     assert encoders["host:2"].pid == 2 and encoders["host:2"].compiled_shapes == ((4, 32),)
+
+
+def _flowed(**stages: tuple[int, int]) -> StageTable:
+    """A tally whose stages took and handed on these rows (rows_in, rows_out), as their calls count them."""
+    tally = RunTally()
+    clock = StageClock(tally.record)
+    for stage, (rows_in, rows_out) in stages.items():
+        clock.count(stage, rows_in=rows_in, rows_out=rows_out)
+    clock.send()
+    return tally.stages()
+
+
+def test_the_stages_starve_when_none_holds_the_rows_its_call_waits_for():
+    flow = Flow((("read", 16), ("chunk", 16), ("encode", 32), ("write", 1)))
+    # 200 work rows yielded, all extracted and chunked into 20 packs, none encoded: the encoder waits for 32.
+    assert flow.starved(_flowed(read=(200, 200), chunk=(200, 20)), yielded=200)
+    # 40 packs: a call's worth is queued (or in the running call, whose rows count only as it ends).
+    assert not flow.starved(_flowed(read=(200, 200), chunk=(200, 40)), yielded=200)
+    # 16 work rows not yet extracted: the extraction can start a call, which will hand on more.
+    assert not flow.starved(_flowed(read=(184, 184), chunk=(184, 20)), yielded=200)
+    # 15 of them: the fused extraction bundles 16, so it waits too.
+    assert flow.starved(_flowed(read=(185, 185), chunk=(185, 20)), yielded=200)
+    # An encoded call not yet written: its group will commit.
+    assert not flow.starved(_flowed(read=(200, 200), chunk=(200, 20), encode=(10, 50)), yielded=200)
+    # Nothing reported yet: the read's rows are queued in front of the extraction.
+    assert not flow.starved(StageTable(), yielded=16) and flow.starved(StageTable(), yielded=3)
