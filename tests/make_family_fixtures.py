@@ -3,24 +3,26 @@ hidden states and sentence embeddings transformers computes for them.
 
 Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel, MPNetModel,
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel, and a
-T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token), given
-larger-than-default random weights so that attention is peaked and RoPE, windows and norms all show in the
-output, and saved as a sentence-transformers model directory: config.json, weights in bfloat16 (one directory
-sharded with model.safetensors.index.json), tokenizer.json (a small WordPiece, Unigram or BPE vocabulary trained
-here), modules.json, 1_Pooling/config.json,
-sentence_bert_config.json, and for one model config_sentence_transformers.json with prompts. MPNet models get
+T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token; Gemma3TextModel,
+bidirectional as EmbeddingGemma), given larger-than-default random weights so that attention is peaked and
+RoPE, windows and norms all show in the output, and saved as a sentence-transformers model directory:
+config.json, weights in bfloat16 (one directory sharded with model.safetensors.index.json), tokenizer.json (a
+small WordPiece, Unigram or BPE vocabulary trained here), modules.json, 1_Pooling/config.json,
+sentence_bert_config.json, and for two models config_sentence_transformers.json with prompts. MPNet models get
 MPNet's tokenizer layout (WordPiece between <s> and </s>, RobertaProcessing, pad id 1) and a
 tokenizer_config.json naming MPNetTokenizer, T5 models a Unigram vocabulary as T5's (text then </s>, pad id 0)
 and one naming T5Tokenizer, Qwen3 a byte-level BPE as Qwen3-Embedding's (text then <|endoftext|>) and one naming
-Qwen2Tokenizer, and transformers' AutoTokenizer must give the ids recorded here. Beside each
-directory, NAME.npz holds the texts, their token ids, transformers' last hidden states (float32, each text run
-alone, unpadded) and the pooled embeddings that sentence-transformers' Pooling (and Dense, and Normalize) make
-of them. Two models have Dense modules after their Pooling (2_Dense/, 3_Dense/: config.json and
-model.safetensors, written by sentence-transformers' own Dense): distilbert-dense, with a
-tokenizer_config.json naming DistilBertTokenizer, and t5-encoder-st, sentence-t5's one; one pools by three
-modes that only sentence-transformers' own Pooling computes here; and qwen3-embedding, whose encode() pads on the
-left as Qwen3-Embedding's tokenizer_config.json says; their NAME.npz also holds `st_encoded`, what
-sentence-transformers' encode() makes of the texts from the saved directory, all texts in one padded batch.
+Qwen2Tokenizer, Gemma3 a BPE with byte fallback as EmbeddingGemma's (<bos> text <eos>) and one naming
+GemmaTokenizer, and transformers' AutoTokenizer must give the ids recorded here. Beside each directory, NAME.npz
+holds the texts, their token ids, transformers' last hidden states (float32, each text run alone, unpadded;
+gemma3-embedding's also as a causal decoder, `hidden_causal`) and the pooled embeddings that
+sentence-transformers' Pooling (and Dense, and Normalize) make of them. Three models have Dense modules after
+their Pooling (2_Dense/, 3_Dense/: config.json and model.safetensors, written by sentence-transformers' own
+Dense): distilbert-dense, with a tokenizer_config.json naming DistilBertTokenizer, t5-encoder-st, sentence-t5's
+one, and gemma3-embedding, EmbeddingGemma's two; one pools by three modes that only sentence-transformers' own
+Pooling computes here; and qwen3-embedding and gemma3-embedding, whose encode() pads on the left as their
+tokenizers say; their NAME.npz also holds `st_encoded`, what sentence-transformers' encode() makes of the texts
+from the saved directory, all texts in one padded batch.
 
 Two families come as the hub publishes them, not as transformers saves them,
 and are written here from transformers' weights by the renaming that
@@ -62,6 +64,12 @@ MAX_SEQ_LENGTH = 128
 # Short to long: the longest is cut at MAX_SEQ_LENGTH, far beyond every sliding window here.
 TEXT_INDICES = [1, 0, 9, 14, 24, 26]
 PROMPTS = {"search_query": "search_query: ", "search_document": "search_document: "}
+# EmbeddingGemma's own (a few of them), from its config_sentence_transformers.json.
+GEMMA_PROMPTS = {
+    "query": "task: search result | query: ",
+    "document": "title: none | text: ",
+    "Classification": "task: classification | query: ",
+}
 
 
 def texts() -> list[str]:
@@ -188,6 +196,46 @@ def bpe_tokenizer() -> Tokenizer:
     return tok
 
 
+def gemma_tokenizer() -> Tokenizer:
+    """EmbeddingGemma-style, as transformers' GemmaTokenizer builds it: spaces turned to '▁' (no prefix space),
+    BPE with byte fallback (<0x00>..<0xFF> in the vocabulary, taken for characters outside the alphabet, kept
+    small here so that some are), <bos> text <eos> (EmbeddingGemma's post-processor), <pad> 0, <eos> 1, <bos> 2,
+    <unk> 3. Trained on words split before each '▁' (SentencePiece's pieces), then run on the whole text as
+    GemmaTokenizer does, where no merge crosses a '▁' it did not start with."""
+    special = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    trainer = Tokenizer(models.BPE(unk_token="<unk>"))
+    trainer.normalizer = normalizers.Replace(" ", "▁")
+    trainer.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
+    trainer.train_from_iterator(
+        corpus(), trainers.BpeTrainer(vocab_size=480, special_tokens=special, limit_alphabet=64)
+    )
+    trained = json.loads(trainer.to_str())["model"]
+    vocab = trained["vocab"] | {f"<0x{b:02X}>": len(trained["vocab"]) + b for b in range(256)}
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in trained["merges"]]
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.add_special_tokens(special)
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", special_tokens=[("<bos>", 2), ("<eos>", 1)]
+    )
+    return tok
+
+
+GEMMA_TOKENIZER_CONFIG = {
+    "tokenizer_class": "GemmaTokenizer",
+    "bos_token": "<bos>",
+    "eos_token": "<eos>",
+    "pad_token": "<pad>",
+    "unk_token": "<unk>",
+    "mask_token": "<mask>",
+    "add_bos_token": True,
+    "add_eos_token": True,
+    "model_max_length": 2048,
+}
+
+
 QWEN_TOKENIZER_CONFIG = {
     "tokenizer_class": "Qwen2Tokenizer",
     "eos_token": "<|endoftext|>",
@@ -252,7 +300,7 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
 class Fixture:
     name: str
     build: Callable[[], tuple[torch.nn.Module, torch.nn.Module]]  # (model to save, base model to run)
-    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet", "t5" or "bpe"
+    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet", "t5", "bpe" or "gemma"
     # "mean", "cls" or "lasttoken" (written as the legacy flags), or sentence-transformers' modes joined by "+"
     # (written as sentence-transformers 6 writes a list, and pooled by its own Pooling module)
     pooling: str
@@ -261,9 +309,12 @@ class Fixture:
     rewrite: Callable[[Path, torch.nn.Module], None] | None = None
     max_shard_size: str | None = None
     prompts: dict[str, str] | None = None
+    prompt_name: str = "search_document"  # the prompt of `prompted_pooled`
     # sentence-transformers Dense modules after the Pooling, in order: (out_features, bias, activation).
     dense: tuple[tuple[int, bool, torch.nn.Module], ...] = ()
     tokenizer_config: dict | None = None
+    # config.json changes under which the same weights' hidden states are recorded too, as `hidden_NAME`.
+    variants: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 def _vocab(tokenizer: str) -> dict:
@@ -274,6 +325,8 @@ def _vocab(tokenizer: str) -> dict:
     if tokenizer == "bpe":
         eos = tok.token_to_id("<|endoftext|>")
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=eos, eos_token_id=eos, bos_token_id=None)
+    if tokenizer == "gemma":
+        return dict(vocab_size=tok.get_vocab_size(), pad_token_id=0, eos_token_id=1, bos_token_id=2)
     if tokenizer == "t5":
         pad, eos = tok.token_to_id("<pad>"), tok.token_to_id("</s>")
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad)
@@ -457,6 +510,7 @@ def gte_ntk_model(config, seed: int):
 
 def fixtures() -> list[Fixture]:
     wp, ug, mp, t5, bpe = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet"), _vocab("t5"), _vocab("bpe")
+    gemma = _vocab("gemma")
     T = transformers
     return [
         Fixture(
@@ -851,6 +905,44 @@ def fixtures() -> list[Fixture]:
             True,
             tokenizer_config=QWEN_TOKENIZER_CONFIG,
         ),
+        Fixture(
+            # EmbeddingGemma's layout: a Gemma3TextModel attending both ways (use_bidirectional_attention), its
+            # sliding layers within 16 // 2 = 8 tokens either side, grouped-query (4 query heads, 2 K/V heads of
+            # 32 over hidden 64), the attention scaled by query_pre_attn_scalar (24), not head_dim; mean pooling,
+            # two Dense modules without bias (64 -> 256 -> 64, as 768 -> 3072 -> 768), Normalize, its prompts.
+            "gemma3-embedding",
+            _base(
+                T.Gemma3TextModel,
+                T.Gemma3TextConfig(
+                    **gemma,
+                    hidden_size=64,
+                    num_hidden_layers=4,
+                    num_attention_heads=4,
+                    num_key_value_heads=2,
+                    head_dim=32,
+                    intermediate_size=96,
+                    max_position_embeddings=512,
+                    sliding_window=16,
+                    layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                    query_pre_attn_scalar=24,
+                    rope_parameters={
+                        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                        "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+                    },
+                    use_bidirectional_attention=True,
+                ),
+                16,
+            ),
+            "gemma",
+            "mean",
+            True,
+            prompts=GEMMA_PROMPTS,
+            prompt_name="document",
+            dense=((256, False, torch.nn.Identity()), (64, False, torch.nn.Identity())),
+            tokenizer_config=GEMMA_TOKENIZER_CONFIG,
+            # A plain Gemma3 decoder: causal, its sliding layers seeing the 15 tokens before.
+            variants={"causal": {"use_bidirectional_attention": False}},
+        ),
     ]
 
 
@@ -860,6 +952,7 @@ TOKENIZERS = {
     "mpnet": mpnet_tokenizer(),
     "t5": t5_tokenizer(),
     "bpe": bpe_tokenizer(),
+    "gemma": gemma_tokenizer(),
 }
 
 
@@ -984,9 +1077,15 @@ def make(fx: Fixture) -> None:
     dense = dense_modules(fx, base.config.hidden_size * len(fx.pooling.split("+")), seed=100)
     result = embed(base, TOKENIZERS[fx.tokenizer], sample, fx, dense)
     if fx.prompts:
-        prompt = fx.prompts["search_document"]
-        result["prompted_pooled"] = embed(base, TOKENIZERS[fx.tokenizer], [prompt + t for t in sample], fx)["pooled"]
+        prompt = fx.prompts[fx.prompt_name]
+        prompted = embed(base, TOKENIZERS[fx.tokenizer], [prompt + t for t in sample], fx, dense)
+        result["prompted_pooled"] = prompted["pooled"]
         result["prompt"] = np.array(prompt)
+    for variant, change in fx.variants.items():
+        config = type(base.config)(**(base.config.to_dict() | change))
+        changed = type(base)(config).eval()
+        changed.load_state_dict(base.state_dict())
+        result[f"hidden_{variant}"] = embed(changed, TOKENIZERS[fx.tokenizer], sample, fx)["hidden"]
     model.to(torch.bfloat16)  # lossless: randomise() rounded every weight to bfloat16
     kwargs = {} if fx.max_shard_size is None else {"max_shard_size": fx.max_shard_size}
     model.save_pretrained(path, **kwargs)
@@ -994,9 +1093,9 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
-    if fx.tokenizer in ("mpnet", "t5", "bpe"):
+    if fx.tokenizer in ("mpnet", "t5", "bpe", "gemma"):
         check_transformers_tokenizer(path, sample, result["ids"])
-    if dense or fx.pooling not in SIMPLE_POOLING or fx.tokenizer == "bpe":
+    if dense or fx.pooling not in SIMPLE_POOLING or fx.tokenizer in ("bpe", "gemma"):
         result["st_encoded"] = st_encode(path, sample)
         assert np.abs(result["st_encoded"] - result["pooled"]).max() < 1e-5, "sentence-transformers differs"
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)

@@ -12,7 +12,8 @@ Every family maps its checkpoint onto the same pytree:
   layers: qkv_LDXNH [qkv_bias_LXNH]   out_LNHD [out_bias_LD]
           ln1_scale_LD [ln1_bias_LD]   up_LDF [up_bias_LF] [gate_LDF [gate_bias_LF]]
           down_LFD [down_bias_LD]      ln2_scale_LD [ln2_bias_LD]
-          [ln_q_scale_LH ln_k_scale_LH]  (Qwen3's RMSNorm of each head's q and k)
+          [ln_q_scale_LH ln_k_scale_LH]  (Qwen3's and Gemma3's RMSNorm of each head's q and k)
+          [ln_attn_out_scale_LD ln_mlp_out_scale_LD]  (Gemma3's norms of each block's output)
   final:  ln_scale_D [ln_bias_D]       (pre-norm families only)
 
 Bracketed entries exist only where the family has them (a bias-free ModernBERT
@@ -22,7 +23,8 @@ implementation the dispatch chose. The families differ in what the
 config says: post- or pre-norm, LayerNorm or RMSNorm, plain or gated MLP, learned
 positions or RoPE (theta and scaling per layer) or none, a sliding window per layer,
 the attention's scale, and MPNet's and T5's relative position bias, one table shared
-by every layer's attention; Qwen3 attends causally and norms each head's q and k.
+by every layer's attention; Qwen3 attends causally and norms each head's q and k; Gemma3 scales its
+embeddings and norms each block's output as well as its input (a "sandwich").
 
 Layers are stacked along L and run with one `lax.scan`, so a model of any depth
 compiles one layer body. Where layers differ in how they attend (ModernBERT:
@@ -149,6 +151,8 @@ def apply_rope(x_BTNH, cos_BTK, sin_BTK):
 def embed(emb: Params, ids_BT, positions_BT, cfg: ModelConfig):
     """Token (+ learned position, + token type 0) embeddings, normed where the model norms them: [B, T, D]."""
     x_BTD = emb["word_VD"][ids_BT]
+    if cfg.embed_scale != 1.0:  # in the embeddings' dtype, as transformers' Gemma3 multiplies
+        x_BTD = x_BTD * jnp.asarray(cfg.embed_scale, x_BTD.dtype)
     if "position_PD" in emb:
         x_BTD = x_BTD + emb["position_PD"][positions_BT + cfg.position_offset]
     if "token_type_D" in emb:
@@ -187,7 +191,7 @@ def self_attention(
 ):
     """Projections around `attend(q, k, v, matmul_dtype, kind_index) -> ctx`. Heads are split over `model`:
     the out-projection is a partial sum until psummed, its bias added once after. `rotary`: some layer
-    kind rotates q and k (RoPE), in the activations' dtype. Where the layer has `ln_q_scale_LH` (Qwen3),
+    kind rotates q and k (RoPE), in the activations' dtype. Where the layer has `ln_q_scale_LH` (Qwen3, Gemma3),
     `norm` (the model's, over the last axis) norms each head's q and k over head_dim, before RoPE."""
     # One matmul for the three: a third of the calls, each three times as wide. The weights are stored
     # joined: joining them per layer cost 4.7% of the bfloat16 encoder on a Xeon, as XLA:CPU
@@ -310,6 +314,10 @@ def forward(
         mlp_BTD = mlp(x_BTD, layer, cfg, rules, dense_impl)
         return norm(x_BTD + mlp_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"))
 
+    def out_norm(y_BTD, layer, key: str):
+        """A block's output, normed where the layer norms it (Gemma3's sandwich) before the residual add."""
+        return y_BTD if f"{key}_scale_LD" not in layer else norm(y_BTD, layer[f"{key}_scale_LD"], None)
+
     def pre_norm(x_BTD, layer, index):
         normed_BTD = norm(x_BTD, layer["ln1_scale_LD"], layer.get("ln1_bias_LD"))
         if cfg.embedding_norm:  # layer 0 takes the normed embeddings as they are
@@ -317,9 +325,9 @@ def forward(
         attn_BTD = self_attention(
             normed_BTD, layer, attend, kind_of_layer_L[index], rules, dense_impl, rotary=rotary, norm=norm
         )
-        x_BTD = x_BTD + attn_BTD
+        x_BTD = x_BTD + out_norm(attn_BTD, layer, "ln_attn_out")
         mlp_in_BTD = norm(x_BTD, layer["ln2_scale_LD"], layer.get("ln2_bias_LD"))
-        return x_BTD + mlp(mlp_in_BTD, layer, cfg, rules, dense_impl)
+        return x_BTD + out_norm(mlp(mlp_in_BTD, layer, cfg, rules, dense_impl), layer, "ln_mlp_out")
 
     block = post_norm if cfg.norm == "post" else pre_norm
 
@@ -391,5 +399,7 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
     if cfg.gated_mlp:
         layers |= {"gate_LDF": normal(L, D, F), **bias("mlp_in", "gate_bias_LF", L, F)}
     layers |= {"down_LFD": normal(L, F, D), **bias("mlp_out", "down_bias_LD", L, D), **norm("ln2", "LD", L)}
+    if cfg.norm == "sandwich":
+        layers |= {**norm("ln_attn_out", "LD", L), **norm("ln_mlp_out", "LD", L)}
     params = {"embed": embed | (norm("ln", "D") if cfg.embedding_norm else {}), "layers": layers}
-    return params | ({"final": norm("ln", "D")} if cfg.norm == "pre" else {})
+    return params | ({"final": norm("ln", "D")} if cfg.norm != "post" else {})

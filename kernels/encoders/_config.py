@@ -109,6 +109,8 @@ class ModelConfig:
     gated_mlp: bool  # activation(gate) * up, else activation(up)
     # "post": BERT's x = norm(x + block(x)). "pre": ModernBERT's and T5's x = x + block(norm(x)), with a final
     # norm; without a norm before layer 0's attention where the embeddings are already normed (ModernBERT).
+    # "sandwich": Gemma3's x = x + norm(block(norm(x))), pre-norm with each block's output normed too
+    # (`ln_attn_out_scale_LD`, `ln_mlp_out_scale_LD`).
     norm: str
     layer_kinds: tuple[LayerKind, ...]  # one per layer
     position_offset: int = 0  # learned positions: table row of position 0 (XLM-RoBERTa: padding_idx + 1)
@@ -131,8 +133,11 @@ class ModelConfig:
     # Grouped-query attention: the checkpoint's K/V heads, which the family repeats to num_heads as it reads
     # them (query head h uses K/V head h // (num_heads // num_kv_heads)); None where every head has its own.
     num_kv_heads: int | None = None
-    # Qwen3's RMSNorm of each head's q and k over head_dim, before RoPE (`ln_q_scale_LH`, `ln_k_scale_LH`).
+    # Qwen3's and Gemma3's RMSNorm of each head's q and k over head_dim, before RoPE (`ln_q_scale_LH`,
+    # `ln_k_scale_LH`).
     qk_norm: bool = False
+    # What the token embeddings are multiplied by (Gemma3: sqrt(hidden_size)), rounded first to their dtype.
+    embed_scale: float = 1.0
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -140,8 +145,8 @@ class ModelConfig:
                 f"{self.family}: unsupported activation (hidden_act) {self.activation!r}; "
                 f"known: {', '.join(sorted(ACTIVATIONS))}"
             )
-        if self.norm not in ("post", "pre"):
-            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if self.norm not in ("post", "pre", "sandwich"):
+            raise ValueError(f"norm must be 'post', 'pre' or 'sandwich', got {self.norm!r}")
         if self.norm_kind not in ("layer", "rms"):
             raise ValueError(f"norm_kind must be 'layer' or 'rms', got {self.norm_kind!r}")
         if self.norm_kind == "rms" and "norm" in self.biases:
@@ -187,6 +192,23 @@ def bert_dims(config: Mapping[str, Any], family: str) -> dict[str, int]:
         "head_dim": integer(config, "head_dim", minimum=1) if config.get("head_dim") else hidden // heads,
         "intermediate_size": integer(config, "intermediate_size", minimum=1),
     }
+
+
+# transformers' names of the layer types, in `layer_types` and as `rope_parameters`' keys (ModernBERT, Gemma3).
+FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
+
+
+def layer_types(config: Mapping[str, Any], family: str, n_layers: int, derived: list[str]) -> list[str]:
+    """config.json's `layer_types`, one of FULL_ATTENTION / SLIDING_ATTENTION per layer, or where it is absent
+    or null the types the family derives from other keys (`derived`)."""
+    types = config.get("layer_types")
+    if types is None:
+        return derived
+    if not isinstance(types, list) or len(types) != n_layers or set(types) - {FULL_ATTENTION, SLIDING_ATTENTION}:
+        raise UnsupportedModel(
+            f"{family}: layer_types must list {n_layers} of {FULL_ATTENTION!r}/{SLIDING_ATTENTION!r}, got {types!r}"
+        )
+    return types
 
 
 def check_window(cfg: ModelConfig, n_tokens: int) -> None:

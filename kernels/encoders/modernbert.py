@@ -23,22 +23,28 @@ from typing import Any
 import numpy as np
 
 from kernels.encoders._checkpoint import Checkpoint
-from kernels.encoders._config import ALL_BIASES, LayerKind, ModelConfig, Params, Rope, UnsupportedModel, bert_dims
+from kernels.encoders._config import (
+    ALL_BIASES,
+    FULL_ATTENTION,
+    SLIDING_ATTENTION,
+    LayerKind,
+    ModelConfig,
+    Params,
+    Rope,
+    UnsupportedModel,
+    bert_dims,
+    layer_types,
+)
 from kernels.encoders._values import integer, mapping, number
 
 FAMILY = "modernbert"
 ANCHOR = "embeddings.tok_embeddings.weight"
-GLOBAL, LOCAL = "full_attention", "sliding_attention"
+GLOBAL, LOCAL = FULL_ATTENTION, SLIDING_ATTENTION
 
 
 def _layer_types(config: Mapping[str, Any], n_layers: int) -> list[str]:
-    if config.get("layer_types") is not None:
-        types = config["layer_types"]
-        if not isinstance(types, list) or len(types) != n_layers or set(types) - {GLOBAL, LOCAL}:
-            raise UnsupportedModel(f"{FAMILY}: layer_types must list {n_layers} of {GLOBAL!r}/{LOCAL!r}, got {types!r}")
-        return types
     every = integer(config, "global_attn_every_n_layers", 3, minimum=1)
-    return [GLOBAL if i % every == 0 else LOCAL for i in range(n_layers)]
+    return layer_types(config, FAMILY, n_layers, [GLOBAL if i % every == 0 else LOCAL for i in range(n_layers)])
 
 
 def _rope_thetas(config: Mapping[str, Any]) -> dict[str, float]:

@@ -95,28 +95,17 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
 
 def read(ck: Checkpoint) -> Params:
     """Qwen3Model's (or Qwen3ForCausalLM's `model.`) tensors -> the shared pytree."""
-    cfg = ck.cfg
-
-    def head_norm(name: str) -> np.ndarray:
-        return ck.get(name + ".weight", (cfg.head_dim,))
 
     def layer(i: int) -> dict[str, np.ndarray]:
         p = f"layers.{i}."
-        a = p + "self_attn."
         return {
             **ck.norm(p + "input_layernorm", "ln1", "LD"),
-            **ck.attention_in(a + "q_proj", a + "k_proj", a + "v_proj"),
-            "ln_q_scale_LH": head_norm(a + "q_norm"),
-            "ln_k_scale_LH": head_norm(a + "k_norm"),
-            **ck.attention_out(a + "o_proj"),
+            **ck.decoder_layer(i),
             **ck.norm(p + "post_attention_layernorm", "ln2", "LD"),
-            **ck.mlp_in(p + "mlp.gate_proj", "gate"),
-            **ck.mlp_in(p + "mlp.up_proj", "up"),
-            **ck.mlp_out(p + "mlp.down_proj"),
         }
 
     return {
         "embed": ck.embeddings("embed_tokens", None, None),
-        "layers": ck.stack([layer(i) for i in range(cfg.num_layers)]),
+        "layers": ck.stack([layer(i) for i in range(ck.cfg.num_layers)]),
         "final": ck.norm("norm", "ln", "D"),
     }

@@ -41,6 +41,7 @@ FAMILY_OF = {
     "gte": "gte",
     "t5": "t5",
     "qwen3": "qwen3",
+    "gemma3": "gemma3",
 }
 IMPLS = ["reference", "blockwise"]
 COSINE = 0.99999
@@ -176,12 +177,13 @@ def test_packed_rows_equal_unpacked(name, impl):
     assert all(not pooled_slots[r, s].any() for r, s in absent)
 
 
-def _long_text_cosine(m: Loaded, arch, params: dict | None = None) -> float:
+def _long_text_cosine(m: Loaded, arch, params: dict | None = None, reference: str = "hidden") -> float:
+    """The cosine of the longest text's hidden states to transformers' (`reference`: the npz's array of them)."""
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
     params = m.params if params is None else params
     hidden = np.asarray(encoders.forward(params, ids_BT, segments_BT, positions_BT, arch, attention_impl="reference"))
-    last = len(m.ids) - 1
-    return cosine(hidden[last, : m.ref["lengths"][last]], m.hidden(last))
+    n = m.ref["lengths"][-1]
+    return cosine(hidden[len(m.ids) - 1, :n], m.ref[reference][-n:])
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n.startswith("modernbert")])
@@ -295,7 +297,13 @@ def test_the_relative_bias_shows_in_the_fixture(name):
 
 @pytest.mark.parametrize(
     "name, family",
-    [("gte-new-ntk", "gte"), ("t5-encoder-st", "t5"), ("t5-v11-model", "t5"), ("qwen3-embedding", "qwen3")],
+    [
+        ("gte-new-ntk", "gte"),
+        ("t5-encoder-st", "t5"),
+        ("t5-v11-model", "t5"),
+        ("qwen3-embedding", "qwen3"),
+        ("gemma3-embedding", "gemma3"),
+    ],
 )
 def test_the_family_comes_from_architectures_when_model_type_is_missing(name, family):
     config = json.loads((FAMILY_FIXTURES / name / "config.json").read_text())
@@ -367,16 +375,90 @@ def test_qwen3_attends_causally_with_grouped_kv_heads_and_normed_q_and_k():
     assert _long_text_cosine(m, arch, m.params | {"layers": unnormed}) < 0.999
 
 
-def test_qwen3_reads_the_causal_lm_layout_and_never_its_lm_head(tmp_path):
-    """Qwen3ForCausalLM's tensors: the same under `model.`, beside an `lm_head` that is never read."""
-    path = broken_copy(tmp_path, "qwen3-embedding")
+@pytest.mark.parametrize(
+    "name, prefix, architecture",
+    [
+        ("qwen3-embedding", "model.", "Qwen3ForCausalLM"),
+        ("gemma3-embedding", "model.", "Gemma3ForCausalLM"),
+        ("gemma3-embedding", "model.language_model.", "Gemma3TextModel"),
+    ],
+)
+def test_decoders_read_their_causal_lm_layout_and_never_its_lm_head(tmp_path, name, prefix, architecture):
+    """Qwen3ForCausalLM's and Gemma3ForCausalLM's tensors: the same under `model.` (or a Gemma3TextModel's under
+    `model.language_model.`, as multimodal Gemma3 checkpoints hold it), beside an `lm_head` that is never read."""
+    path = broken_copy(tmp_path, name)
     tensors = load_file(path / "model.safetensors")
-    causal_lm = {f"model.{k}": v for k, v in tensors.items()} | {"lm_head.weight": tensors["embed_tokens.weight"]}
+    causal_lm = {prefix + k: v for k, v in tensors.items()} | {"lm_head.weight": tensors["embed_tokens.weight"]}
     save_file(causal_lm, str(path / "model.safetensors"))
     config = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps(config | {"architectures": ["Qwen3ForCausalLM"]}))
+    (path / "config.json").write_text(json.dumps(config | {"architectures": [architecture]}))
     got = model_dir.load_params(model_dir.resolve(str(path)))
-    jax.tree.map(np.testing.assert_array_equal, got, load("qwen3-embedding").params)
+    jax.tree.map(np.testing.assert_array_equal, got, load(name).params)
+
+
+def test_gemma3_reads_embeddinggemmas_options():
+    """Every Gemma3 option as config.json gives it: bidirectional attention, sliding layers within
+    sliding_window // 2 (16 // 2) either side with the local theta, the full layer with the global one, 2 K/V
+    heads for 4 query heads, scores scaled by query_pre_attn_scalar (24), embeddings by sqrt(64), four norms a
+    layer, Gemma's RMSNorm weights read as 1 + weight."""
+    m = load("gemma3-embedding")
+    arch = m.spec.arch
+    assert [k.window for k in arch.layer_kinds] == [8, 8, None, 8] and not arch.causal
+    assert [k.rope.theta for k in arch.layer_kinds] == [10_000.0, 10_000.0, 1_000_000.0, 10_000.0]
+    assert (arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.hidden_size) == (4, 2, 32, 64)
+    assert (arch.attention_scale, arch.embed_scale) == (24**-0.5, 8.0)
+    assert (arch.norm, arch.norm_kind, arch.biases, arch.activation, arch.qk_norm) == (
+        "sandwich",
+        "rms",
+        frozenset(),
+        "gelu_pytorch_tanh",
+        True,
+    )
+    assert not (arch.embedding_norm or arch.learned_positions) and set(m.params["embed"]) == {"word_VD"}
+    assert (m.spec.pooling, [p.activation for p in m.spec.projections]) == ("mean", ["identity", "identity"])
+    tensors = load_file(m.spec.path / "model.safetensors")
+    np.testing.assert_array_equal(
+        m.params["layers"]["ln_mlp_out_scale_LD"][1],
+        1 + tensors["layers.1.post_feedforward_layernorm.weight"].astype(np.float32),
+    )
+
+
+def test_gemma3s_mechanisms_each_show_in_the_fixture():
+    """Dropping any of them misses transformers' numbers: Gemma's 1 + weight, the embedding scale, the norms of
+    each block's output, the sliding window, attending both ways; and the scale by query_pre_attn_scalar."""
+    m = load("gemma3-embedding")
+    arch, layers = m.spec.arch, m.params["layers"]
+    assert _long_text_cosine(m, arch) >= COSINE
+
+    def minus_one(group: dict) -> dict:
+        return {k: v - 1 if k.startswith("ln") else v for k, v in group.items()}
+
+    weights_as_scales = m.params | {"layers": minus_one(layers), "final": minus_one(m.params["final"])}
+    assert _long_text_cosine(m, arch, weights_as_scales) < 0.999
+    assert _long_text_cosine(m, dataclasses.replace(arch, embed_scale=1.0)) < 0.999
+    unsandwiched = {k: v for k, v in layers.items() if not k.startswith(("ln_attn_out", "ln_mlp_out"))}
+    assert _long_text_cosine(m, dataclasses.replace(arch, norm="pre"), m.params | {"layers": unsandwiched}) < 0.999
+    global_kinds = tuple(dataclasses.replace(k, window=None) for k in arch.layer_kinds)
+    assert _long_text_cosine(m, dataclasses.replace(arch, layer_kinds=global_kinds)) < 0.999
+    assert _long_text_cosine(m, dataclasses.replace(arch, causal=True)) < 0.999
+    assert _long_text_cosine(m, dataclasses.replace(arch, attention_scale=None)) < 0.999
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_gemma3_decoder_attends_causally_within_its_sliding_window(impl):
+    """use_bidirectional_attention false: causal, a sliding layer seeing the sliding_window - 1 tokens before
+    (transformers' s > t - sliding_window), as transformers ran the same weights (`hidden_causal`)."""
+    m = load("gemma3-embedding")
+    config = json.loads((m.spec.path / "config.json").read_text())
+    arch = encoders.config_from_hf(config | {"use_bidirectional_attention": False})
+    assert arch.causal and [k.window for k in arch.layer_kinds] == [15, 15, None, 15]
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
+    start = 0
+    for i, n in enumerate(m.ref["lengths"]):
+        assert cosine(hidden[i, :n], m.ref["hidden_causal"][start : start + n]) >= COSINE, (i, n)
+        start += n
+    assert _long_text_cosine(m, dataclasses.replace(arch, causal=False), reference="hidden_causal") < 0.999
 
 
 # --- bad models: each one clear error ------------------------------------------------------------
@@ -404,7 +486,8 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         encoders.config_from_hf({"model_type": "bart", "architectures": ["BartModel"]})
     assert str(e.value) == (
         "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
-        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, qwen3"
+        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, qwen3, "
+        "gemma3_text"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "bart"}))
@@ -604,6 +687,19 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ),
         ("qwen3-embedding", {"attention_bias": True}, "qwen3: attention_bias true is not implemented"),
         ("qwen3-embedding", {"num_key_value_heads": 3}, "qwen3: 4 attention heads are not a multiple of 3 K/V heads"),
+        (
+            "gemma3-embedding",
+            {"attn_logit_softcapping": 50.0},
+            "gemma3: attn_logit_softcapping 50.0 is not implemented",
+        ),
+        ("gemma3-embedding", {"attention_bias": True}, "gemma3: attention_bias true is not implemented"),
+        (
+            "gemma3-embedding",
+            {"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": 8.0}},
+            r"gemma3: RoPE scaling 'linear' \(full_attention\) is not implemented; known: default",
+        ),
+        ("gemma3-embedding", {"layer_types": ["full_attention"] * 3}, "gemma3: layer_types must list 4"),
+        ("gemma3-embedding", {"num_key_value_heads": 3}, "gemma3: 4 attention heads are not a multiple of 3 K/V"),
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):
@@ -645,3 +741,21 @@ def test_bfloat16_projections_on_onednn_equal_xlas(name):
     for i, n in enumerate(m.ref["lengths"]):
         assert cosine(hidden["onednn"][i, :n], hidden["xla"][i, :n]) >= COSINE, (i, n)
         assert cosine(hidden["onednn"][i, :n], m.hidden(i)) >= 0.999, (i, n)
+
+
+def test_gemma3s_older_config_keys_describe_the_same_layers():
+    """rope_theta and rope_local_base_freq for rope_parameters, layer types from sliding_window_pattern (every
+    3rd layer full: sliding, sliding, full, sliding), as Gemma3TextConfig reads them; a window that reaches every
+    position is full attention."""
+    config = json.loads((FAMILY_FIXTURES / "gemma3-embedding" / "config.json").read_text())
+    legacy = config | {
+        "rope_parameters": None,
+        "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "layer_types": None,
+        "sliding_window_pattern": 3,
+    }
+    assert encoders.config_from_hf(legacy) == load("gemma3-embedding").spec.arch
+    wide = encoders.config_from_hf(config | {"sliding_window": 1022})
+    assert [k.window for k in wide.layer_kinds] == [None] * 4
+    assert [k.window for k in encoders.config_from_hf(config | {"sliding_window": 1020}).layer_kinds][0] == 510

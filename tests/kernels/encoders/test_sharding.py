@@ -25,6 +25,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "families"
 NAMES = [
     "bert-pooling-modes",
     "distilbert-dense",
+    "gemma3-embedding",
     "gte-new-ntk",
     "modernbert-layer-types",
     "mpnet-base",

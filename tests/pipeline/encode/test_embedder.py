@@ -22,6 +22,7 @@ DENSE_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "families" / 
 POOLING_FIXTURE = DENSE_FIXTURE.with_name("bert-pooling-modes")
 T5_FIXTURE = DENSE_FIXTURE.with_name("t5-encoder-st")
 QWEN3_FIXTURE = DENSE_FIXTURE.with_name("qwen3-embedding")
+GEMMA3_FIXTURE = DENSE_FIXTURE.with_name("gemma3-embedding")
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +238,18 @@ def test_qwen3_embedding_matches_sentence_transformers_encode():
     <|endoftext|> its byte-level BPE tokenizer appends, and Normalize; sentence-transformers' encode() pads the
     batch on the left (tokenizer_config.json's padding_side), the Embedder packs it several to a row."""
     assert_embeds_as_sentence_transformers(QWEN3_FIXTURE, 64)
+
+
+def test_embeddinggemma_matches_sentence_transformers_encode_with_and_without_its_prompt():
+    """EmbeddingGemma's layout: a Gemma3TextModel attending both ways (sliding layers within a window), mean
+    pooling over <bos> text <eos> from a BPE with byte fallback, two Dense modules without bias, Normalize;
+    sentence-transformers' encode() pads the batch on the left (GemmaTokenizer's padding side). Its "document"
+    prompt, by name, gives what sentence-transformers made of the prompt and text together."""
+    assert_embeds_as_sentence_transformers(GEMMA3_FIXTURE, 64)
+    reference = np.load(GEMMA3_FIXTURE.with_suffix(".npz"))
+    assert str(reference["prompt"]) == "title: none | text: "
+    got = Embedder.load(str(GEMMA3_FIXTURE)).embed([str(t) for t in reference["texts"]], prompt="document")
+    assert cosine(got, reference["prompted_pooled"]).min() >= 0.99999
 
 
 def test_concatenated_pooling_modes_match_sentence_transformers_encode():

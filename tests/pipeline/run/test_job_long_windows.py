@@ -37,6 +37,9 @@ FAMILIES = {
     "t5": ("t5-encoder-st", {}),
     # Causal attention at a long window, and the last token pooled: the <|endoftext|> its tokenizer appends.
     "qwen3": ("qwen3-embedding", {}),
+    # Bidirectional attention with sliding layers, a BPE with byte fallback between <bos> and <eos>, the
+    # document prompt, two Dense modules.
+    "gemma3": ("gemma3-embedding", {"prompt": "document"}),
 }
 # The generated documents' words, in order.
 WORDS = [f"{w}{i % 97}" for i in range(3 * WINDOW) for w in ("river", "stone", "light")]

@@ -1,5 +1,5 @@
 """The tokenizer's prompt: a one-chunk document's ids are `tokenize(prompt + text)`'s, which is what
-sentence-transformers encodes, for WordPiece, SentencePiece and byte-level BPE tokenizers alike."""
+sentence-transformers encodes, for WordPiece, SentencePiece, byte-level BPE and Gemma's BPE tokenizers alike."""
 
 import numpy as np
 import pytest
@@ -31,11 +31,13 @@ TOKENIZERS = {
     "wordpiece (bundled)": lambda _: default_model_dir() / "tokenizer.json",
     "sentencepiece (xlm-roberta fixture)": lambda _: FAMILY_FIXTURES / "xlm-roberta-mlm-prefix" / "tokenizer.json",
     "byte-level bpe (trained here)": byte_level_bpe,
+    # Gemma's: spaces turned to '▁' and the whole text one word, byte fallback for characters it lacks.
+    "bpe with byte fallback (gemma3 fixture)": lambda _: FAMILY_FIXTURES / "gemma3-embedding" / "tokenizer.json",
 }
 
 
 @pytest.mark.parametrize("kind", TOKENIZERS)
-@pytest.mark.parametrize("prompt", ["query: ", "search_document: ", "query:  ", " "])
+@pytest.mark.parametrize("prompt", ["query: ", "search_document: ", "query:  ", " ", "title: none | text: "])
 def test_a_one_chunk_documents_ids_are_those_of_the_prompt_and_text_tokenized_together(tmp_path, kind, prompt):
     path = TOKENIZERS[kind](tmp_path)
     tokenizer = Tokenizer(path, prompt=prompt)
