@@ -197,12 +197,22 @@ def bpe_tokenizer() -> Tokenizer:
 
 
 def gemma_tokenizer() -> Tokenizer:
-    """EmbeddingGemma-style, as transformers' GemmaTokenizer builds it: spaces turned to '▁' (no prefix space),
-    BPE with byte fallback (<0x00>..<0xFF> in the vocabulary, taken for characters outside the alphabet, kept
-    small here so that some are), <bos> text <eos> (EmbeddingGemma's post-processor), <pad> 0, <eos> 1, <bos> 2,
-    <unk> 3. Trained on words split before each '▁' (SentencePiece's pieces), then run on the whole text as
-    GemmaTokenizer does, where no merge crosses a '▁' it did not start with."""
-    special = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+    """EmbeddingGemma-style, as transformers' GemmaTokenizer builds it: `sentencepiece_bpe` with <pad> 0, <eos> 1,
+    <bos> 2, <unk> 3, and <bos> text <eos> (EmbeddingGemma's post-processor)."""
+    return sentencepiece_bpe(["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"], "<bos>", "<eos>")
+
+
+def llama_tokenizer() -> Tokenizer:
+    """e5-mistral-7b-instruct's layout, as transformers' LlamaTokenizer builds it with add_eos_token:
+    `sentencepiece_bpe` with <unk> 0, <s> 1, </s> 2, and <s> text </s>: the </s> that last-token pooling takes."""
+    return sentencepiece_bpe(["<unk>", "<s>", "</s>"], "<s>", "</s>")
+
+
+def sentencepiece_bpe(special: list[str], bos: str, eos: str) -> Tokenizer:
+    """A SentencePiece BPE as transformers' tokenizers build one: spaces turned to '▁' (no prefix space), BPE with
+    byte fallback (<0x00>..<0xFF> in the vocabulary, taken for characters outside the alphabet, kept small here so
+    that some are), `bos` text `eos`. Trained on words split before each '▁' (SentencePiece's pieces), then run on
+    the whole text, where no merge crosses a '▁' it did not start with."""
     trainer = Tokenizer(models.BPE(unk_token="<unk>"))
     trainer.normalizer = normalizers.Replace(" ", "▁")
     trainer.pre_tokenizer = pre_tokenizers.Split("▁", behavior="merged_with_next")
@@ -218,7 +228,7 @@ def gemma_tokenizer() -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     tok.post_processor = processors.TemplateProcessing(
-        single="<bos> $A <eos>", special_tokens=[("<bos>", 2), ("<eos>", 1)]
+        single=f"{bos} $A {eos}", special_tokens=[(bos, special.index(bos)), (eos, special.index(eos))]
     )
     return tok
 
@@ -233,6 +243,21 @@ GEMMA_TOKENIZER_CONFIG = {
     "add_bos_token": True,
     "add_eos_token": True,
     "model_max_length": 2048,
+}
+
+
+# e5-mistral-7b-instruct's: LlamaTokenizer, whose add_bos_token and add_eos_token transformers builds the
+# post-processor from (the file's says the same), </s> its pad token.
+LLAMA_TOKENIZER_CONFIG = {
+    "tokenizer_class": "LlamaTokenizer",
+    "bos_token": "<s>",
+    "eos_token": "</s>",
+    "unk_token": "<unk>",
+    "pad_token": "</s>",
+    "add_bos_token": True,
+    "add_eos_token": True,
+    "padding_side": "left",
+    "model_max_length": 32768,
 }
 
 
@@ -508,9 +533,20 @@ def gte_ntk_model(config, seed: int):
 # --- the fixtures -------------------------------------------------------------------------------
 
 
+# The new decoders' sizes (Mistral, Qwen2, Llama): grouped-query, 4 query heads and 2 K/V heads over hidden 64.
+DECODER_DIMS = dict(
+    hidden_size=64,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=96,
+    max_position_embeddings=512,
+)
+
+
 def fixtures() -> list[Fixture]:
     wp, ug, mp, t5, bpe = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet"), _vocab("t5"), _vocab("bpe")
-    gemma = _vocab("gemma")
+    gemma, llama = _vocab("gemma"), _vocab("llama")
     T = transformers
     return [
         Fixture(
@@ -943,6 +979,86 @@ def fixtures() -> list[Fixture]:
             # A plain Gemma3 decoder: causal, its sliding layers seeing the 15 tokens before.
             variants={"causal": {"use_bidirectional_attention": False}},
         ),
+        Fixture(
+            # e5-mistral-7b-instruct's layout: a MistralModel, grouped-query (4 query heads, 2 K/V heads of 16 over
+            # hidden 64), every layer attending within sliding_window 16 (the 15 tokens before), no biases; <s> text
+            # </s> pooled by its last token, Normalize.
+            "mistral-embedding",
+            _base(
+                T.MistralModel,
+                T.MistralConfig(
+                    **llama,
+                    **DECODER_DIMS,
+                    sliding_window=16,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
+                ),
+                17,
+            ),
+            "llama",
+            "lasttoken",
+            True,
+            tokenizer_config=LLAMA_TOKENIZER_CONFIG,
+            # is_causal false: both ways, every layer within |t - s| <= 16.
+            variants={"bidirectional": {"is_causal": False}},
+        ),
+        Fixture(
+            # gte-Qwen2-1.5B-instruct's layout: a Qwen2Model with biased q, k, v projections (o_proj without),
+            # grouped-query (4 query heads, 2 K/V heads of 16 over hidden 64), full attention; text then
+            # <|endoftext|>, pooled by its last token, Normalize. Its "sliding" variant: layers 1 and 2 within 16.
+            "qwen2-embedding",
+            _base(
+                T.Qwen2Model,
+                T.Qwen2Config(
+                    **bpe,
+                    **DECODER_DIMS,
+                    max_window_layers=21,
+                    rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+                ),
+                18,
+            ),
+            "bpe",
+            "lasttoken",
+            True,
+            tokenizer_config=QWEN_TOKENIZER_CONFIG,
+            variants={
+                "bidirectional": {"is_causal": False},
+                "sliding": {
+                    "use_sliding_window": True,
+                    "sliding_window": 16,
+                    "max_window_layers": 1,
+                    "layer_types": None,
+                },
+            },
+        ),
+        Fixture(
+            # A Llama 3.1-style LlamaModel: llama3 RoPE frequencies (factor 8 over 64 original positions, so that
+            # they change within the texts), attention_bias and mlp_bias both on, grouped-query; mean pooling.
+            "llama-embedding",
+            _base(
+                T.LlamaModel,
+                T.LlamaConfig(
+                    **llama,
+                    **DECODER_DIMS | {"num_hidden_layers": 2},
+                    head_dim=24,
+                    attention_bias=True,
+                    mlp_bias=True,
+                    rope_parameters={
+                        "rope_type": "llama3",
+                        "rope_theta": 10_000.0,
+                        "factor": 8.0,
+                        "low_freq_factor": 1.0,
+                        "high_freq_factor": 4.0,
+                        "original_max_position_embeddings": 64,
+                    },
+                ),
+                19,
+            ),
+            "llama",
+            "mean",
+            True,
+            # Not LlamaTokenizer's class: transformers' own would prepend a '▁' this BPE was not trained with.
+            tokenizer_config=LLAMA_TOKENIZER_CONFIG | {"tokenizer_class": "PreTrainedTokenizerFast"},
+        ),
     ]
 
 
@@ -953,6 +1069,7 @@ TOKENIZERS = {
     "t5": t5_tokenizer(),
     "bpe": bpe_tokenizer(),
     "gemma": gemma_tokenizer(),
+    "llama": llama_tokenizer(),
 }
 
 
@@ -1093,9 +1210,9 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
-    if fx.tokenizer in ("mpnet", "t5", "bpe", "gemma"):
+    if fx.tokenizer in ("mpnet", "t5", "bpe", "gemma", "llama"):
         check_transformers_tokenizer(path, sample, result["ids"])
-    if dense or fx.pooling not in SIMPLE_POOLING or fx.tokenizer in ("bpe", "gemma"):
+    if dense or fx.pooling not in SIMPLE_POOLING or fx.tokenizer in ("bpe", "gemma", "llama"):
         result["st_encoded"] = st_encode(path, sample)
         assert np.abs(result["st_encoded"] - result["pooled"]).max() < 1e-5, "sentence-transformers differs"
     np.savez_compressed(OUT / f"{fx.name}.npz", texts=np.array(sample), **result)

@@ -1,5 +1,5 @@
 """Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, MPNet, ModernBERT, NomicBERT, GTE, T5,
-Qwen3, Gemma3.
+Qwen3, Qwen2, Mistral, Llama (one `decoder` module's families), Gemma3.
 
     cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
@@ -28,7 +28,21 @@ from typing import Any
 import numpy as np
 
 from kernels.attention._buckets import RelativeBuckets
-from kernels.encoders import bert, distilbert, gemma3, gte, modernbert, mpnet, nomic_bert, qwen3, t5, xlm_roberta
+from kernels.encoders import (
+    bert,
+    distilbert,
+    gemma3,
+    gte,
+    llama,
+    mistral,
+    modernbert,
+    mpnet,
+    nomic_bert,
+    qwen2,
+    qwen3,
+    t5,
+    xlm_roberta,
+)
 from kernels.encoders._checkpoint import Checkpoint, ShapeCheckpoint
 from kernels.encoders._config import (
     POOLING_MODES,
@@ -61,7 +75,22 @@ def __getattr__(name: str):
 
 
 FAMILIES: dict[str, ModuleType] = {
-    m.FAMILY: m for m in (bert, distilbert, xlm_roberta, mpnet, modernbert, nomic_bert, gte, t5, qwen3, gemma3)
+    m.FAMILY: m
+    for m in (
+        bert,
+        distilbert,
+        xlm_roberta,
+        mpnet,
+        modernbert,
+        nomic_bert,
+        gte,
+        t5,
+        qwen3,
+        qwen2,
+        mistral,
+        llama,
+        gemma3,
+    )
 }
 # config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
 MODEL_TYPES = {
@@ -76,6 +105,9 @@ MODEL_TYPES = {
     "new": "gte",
     "t5": "t5",
     "qwen3": "qwen3",
+    "qwen2": "qwen2",
+    "mistral": "mistral",
+    "llama": "llama",
     "gemma3_text": "gemma3",
 }
 # An `architectures` entry's model name (before "Model" / "For...") -> family, for configs without model_type.
@@ -92,6 +124,9 @@ ARCHITECTURES = {
     "T5": "t5",
     "T5Encoder": "t5",
     "Qwen3": "qwen3",
+    "Qwen2": "qwen2",
+    "Mistral": "mistral",
+    "Llama": "llama",
     "Gemma3Text": "gemma3",
 }
 

@@ -180,16 +180,17 @@ class Checkpoint:
         return out
 
     def decoder_layer(self, i: int) -> dict[str, np.ndarray]:
-        """Layer i's attention and MLP as transformers lays out its decoders (Qwen3Model, Gemma3TextModel):
-        `layers.N.self_attn.{q,k,v,o}_proj`, the RMSNorms of each head's q and k over head_dim (`q_norm`,
-        `k_norm`), `mlp.{gate,up,down}_proj`. The family adds the layer's norms, which it names its own way."""
+        """Layer i's attention and MLP as transformers lays out its decoders (LlamaModel and those built as it,
+        Gemma3TextModel): `layers.N.self_attn.{q,k,v,o}_proj`, where the config has them the RMSNorms of each
+        head's q and k over head_dim (`q_norm`, `k_norm`), `mlp.{gate,up,down}_proj`. The family adds the
+        layer's norms, which it names its own way."""
         a = f"layers.{i}.self_attn."
         m = f"layers.{i}.mlp."
         H = self.cfg.head_dim
+        norms = ("q", "k") if self.cfg.qk_norm else ()
         return {
             **self.attention_in(a + "q_proj", a + "k_proj", a + "v_proj"),
-            "ln_q_scale_LH": self.get(a + "q_norm.weight", (H,)),
-            "ln_k_scale_LH": self.get(a + "k_norm.weight", (H,)),
+            **{f"ln_{x}_scale_LH": self.get(f"{a}{x}_norm.weight", (H,)) for x in norms},
             **self.attention_out(a + "o_proj"),
             **self.mlp_in(m + "gate_proj", "gate"),
             **self.mlp_in(m + "up_proj", "up"),

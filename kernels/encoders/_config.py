@@ -60,16 +60,24 @@ class Rope:
     theta times the factor, every frequency divided by factor^(2/H); with
     `ntk_mixed_b`, theta unchanged and frequency i divided by
     exp(log(factor) (i + 1)^b / (H/2)^b). As in Alibaba-NLP's `NTKScalingRotaryEmbedding`.
+
+    `llama3`: Llama 3.1's frequencies (`rope_type: llama3`), (factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings): wavelengths under original / high_freq_factor kept, those over
+    original / low_freq_factor divided by factor, those between interpolated. As transformers'
+    `_compute_llama3_parameters`.
     """
 
     theta: float
     ntk_factor: float | None = None
     ntk_mixed_b: float | None = None
+    llama3: tuple[float, float, float, float] | None = None
 
     def inv_freq(self, head_dim: int) -> np.ndarray:
         """[K] float32, computed as torch does in float32 so long positions land on the same angles."""
         f32 = np.float32
         exponents = np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)
+        if self.llama3 is not None:
+            return _llama3(f32(1.0) / f32(self.theta) ** exponents, *self.llama3)
         if self.ntk_factor is None:
             return (f32(1.0) / f32(self.theta) ** exponents).astype(f32)
         if self.ntk_mixed_b is None:
@@ -78,6 +86,18 @@ class Rope:
         a = np.log(f32(self.ntk_factor)) / f32((head_dim / 2) ** self.ntk_mixed_b)
         lambdas = np.exp(a * np.arange(1, head_dim // 2 + 1, dtype=f32) ** f32(self.ntk_mixed_b))
         return (f32(1.0) / f32(self.theta) ** exponents / lambdas).astype(f32)
+
+
+def _llama3(inv_K: np.ndarray, factor: float, low: float, high: float, original: float) -> np.ndarray:
+    """Rope.llama3's frequencies from the default ones, in float32 as torch computes them (a number over a tensor
+    is the number times the tensor's reciprocal, which rounds twice)."""
+    f32 = np.float32
+    wavelen_K = f32(2 * np.pi) * (f32(1) / inv_K)
+    scaled_K = np.where(wavelen_K > f32(original / low), inv_K / f32(factor), inv_K)
+    smooth_K = (f32(original) * (f32(1) / wavelen_K) - f32(low)) / f32(high - low)
+    smoothed_K = (f32(1) - smooth_K) * scaled_K / f32(factor) + smooth_K * scaled_K
+    medium_K = (wavelen_K >= f32(original / high)) & (wavelen_K <= f32(original / low))
+    return np.where(medium_K, smoothed_K, scaled_K).astype(f32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +148,7 @@ class ModelConfig:
     learned_positions: bool = True
     # What attention multiplies q.k by: None for 1/sqrt(head_dim); T5 does not scale (1.0).
     attention_scale: float | None = None
-    # A decoder run as an encoder (Qwen3): a token attends to the earlier tokens of its sequence only.
+    # A decoder run as an encoder (Qwen3, Mistral, ...): a token attends to the earlier tokens of its sequence only.
     causal: bool = False
     # Grouped-query attention: the checkpoint's K/V heads, which the family repeats to num_heads as it reads
     # them (query head h uses K/V head h // (num_heads // num_kv_heads)); None where every head has its own.

@@ -41,6 +41,9 @@ FAMILY_OF = {
     "gte": "gte",
     "t5": "t5",
     "qwen3": "qwen3",
+    "qwen2": "qwen2",
+    "mistral": "mistral",
+    "llama": "llama",
     "gemma3": "gemma3",
 }
 IMPLS = ["reference", "blockwise"]
@@ -177,6 +180,16 @@ def test_packed_rows_equal_unpacked(name, impl):
     assert all(not pooled_slots[r, s].any() for r, s in absent)
 
 
+def assert_reproduces_variant(m: Loaded, arch, impl: str, reference: str) -> None:
+    """Every text's hidden states under `arch` are those transformers recorded for a config variant (`reference`)."""
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
+    start = 0
+    for i, n in enumerate(m.ref["lengths"]):
+        assert cosine(hidden[i, :n], m.ref[reference][start : start + n]) >= COSINE, (i, n)
+        start += n
+
+
 def _long_text_cosine(m: Loaded, arch, params: dict | None = None, reference: str = "hidden") -> float:
     """The cosine of the longest text's hidden states to transformers' (`reference`: the npz's array of them)."""
     ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
@@ -302,6 +315,9 @@ def test_the_relative_bias_shows_in_the_fixture(name):
         ("t5-encoder-st", "t5"),
         ("t5-v11-model", "t5"),
         ("qwen3-embedding", "qwen3"),
+        ("qwen2-embedding", "qwen2"),
+        ("mistral-embedding", "mistral"),
+        ("llama-embedding", "llama"),
         ("gemma3-embedding", "gemma3"),
     ],
 )
@@ -375,10 +391,103 @@ def test_qwen3_attends_causally_with_grouped_kv_heads_and_normed_q_and_k():
     assert _long_text_cosine(m, arch, m.params | {"layers": unnormed}) < 0.999
 
 
+def _without(m: Loaded, arch, biases: set[str], params: tuple[str, ...]) -> float:
+    """The long text's cosine with the `biases` groups dropped from the config and the `params` from the layers."""
+    layers = {k: v for k, v in m.params["layers"].items() if k not in params}
+    return _long_text_cosine(m, dataclasses.replace(arch, biases=arch.biases - biases), m.params | {"layers": layers})
+
+
+def test_mistral_attends_causally_within_its_sliding_window():
+    """e5-mistral's layout: no biases, every layer within sliding_window 16 (transformers' s > t - 16: window 15),
+    causal, grouped-query, <s> text </s> pooled by the </s>. Attending globally, or both ways, misses
+    transformers' numbers."""
+    m = load("mistral-embedding")
+    arch = m.spec.arch
+    assert [k.window for k in arch.layer_kinds] == [15, 15, 15] and arch.causal and not arch.qk_norm
+    assert (arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.biases) == (4, 2, 16, frozenset())
+    assert (m.spec.pooling, m.ids[0][-1]) == ("lasttoken", 2), "the </s> the tokenizer appends is pooled"
+    assert _long_text_cosine(m, arch) >= COSINE
+    global_kinds = tuple(dataclasses.replace(k, window=None) for k in arch.layer_kinds)
+    assert _long_text_cosine(m, dataclasses.replace(arch, layer_kinds=global_kinds)) < 0.999
+    assert _long_text_cosine(m, dataclasses.replace(arch, causal=False)) < 0.999
+    config = json.loads((m.spec.path / "config.json").read_text())
+    # Null (later Mistral configs), or a window past every position (as e5-mistral's 4096 over its 32768 is not).
+    for change in ({"sliding_window": None}, {"sliding_window": 512}):
+        assert [k.window for k in encoders.config_from_hf(config | change).layer_kinds] == [None] * 3
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_qwen2_biases_q_k_and_v_and_slides_where_its_flags_say(impl):
+    """gte-Qwen2's layout: q, k, v biases (o_proj none), causal, full attention; the same weights with
+    use_sliding_window from max_window_layers 1, window 16, are transformers' `hidden_sliding`. Dropping the
+    biases, attending both ways, or not sliding misses transformers' numbers."""
+    m = load("qwen2-embedding")
+    arch = m.spec.arch
+    assert (arch.biases, arch.causal, arch.num_kv_heads, arch.head_dim) == (frozenset({"qkv"}), True, 2, 16)
+    assert [k.window for k in arch.layer_kinds] == [None] * 3 and "out_bias_LD" not in m.params["layers"]
+    assert _without(m, arch, {"qkv"}, ("qkv_bias_LXNH",)) < 0.999
+    assert _long_text_cosine(m, dataclasses.replace(arch, causal=False)) < 0.999
+    config = json.loads((m.spec.path / "config.json").read_text())
+    change = {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1, "layer_types": None}
+    sliding = encoders.config_from_hf(config | change)
+    assert [k.window for k in sliding.layer_kinds] == [None, 15, 15]
+    assert_reproduces_variant(m, sliding, impl, "hidden_sliding")
+    assert _long_text_cosine(m, arch, reference="hidden_sliding") < 0.999
+    # The window in use only with use_sliding_window, as Qwen2Config reads it.
+    assert encoders.config_from_hf(config | change | {"use_sliding_window": False}) == arch
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("name, windows", [("qwen2-embedding", [None] * 3), ("mistral-embedding", [16] * 3)])
+def test_is_causal_false_attends_both_ways_as_transformers_does(name, windows, impl):
+    """`is_causal: false`, which transformers 5 reads as its masks are made: a token sees its whole sequence, a
+    sliding layer the tokens at |t - s| <= sliding_window (16), as transformers ran the same weights
+    (`hidden_bidirectional`); the causal model misses those numbers."""
+    m = load(name)
+    config = json.loads((m.spec.path / "config.json").read_text())
+    arch = encoders.config_from_hf(config | {"is_causal": False})
+    assert not arch.causal and [k.window for k in arch.layer_kinds] == windows
+    assert_reproduces_variant(m, arch, impl, "hidden_bidirectional")
+    assert _long_text_cosine(m, m.spec.arch, reference="hidden_bidirectional") < 0.999
+
+
+def test_llama_reads_its_bias_flags_and_llama3_rope():
+    """A LlamaModel with attention_bias and mlp_bias, llama3 RoPE over 64 original positions: each shows."""
+    m = load("llama-embedding")
+    arch = m.spec.arch
+    assert arch.biases == frozenset({"qkv", "out", "mlp_in", "mlp_out"}) and arch.head_dim == 24
+    assert arch.layer_kinds[0].rope == encoders.Rope(10_000.0, llama3=(8.0, 1.0, 4.0, 64.0))
+    assert _long_text_cosine(m, arch) >= COSINE
+    assert _without(m, arch, {"qkv", "out"}, ("qkv_bias_LXNH", "out_bias_LD")) < 0.999
+    assert _without(m, arch, {"mlp_in", "mlp_out"}, ("up_bias_LF", "gate_bias_LF", "down_bias_LD")) < 0.999
+    default_rope = tuple(dataclasses.replace(k, rope=encoders.Rope(k.rope.theta)) for k in arch.layer_kinds)
+    assert _long_text_cosine(m, dataclasses.replace(arch, layer_kinds=default_rope)) < 0.999
+    config = json.loads((m.spec.path / "config.json").read_text())
+    assert encoders.config_from_hf(config | {"attention_bias": False, "mlp_bias": False}).biases == frozenset()
+
+
+def test_llama3_frequencies_are_transformers():
+    """transformers' _compute_llama3_parameters on Llama 3.1-8B's values (theta 500000, head_dim 128, factor 8,
+    low 1, high 4, 8192 original positions), recorded from LlamaRotaryEmbedding(...).inv_freq with transformers
+    5.24 at the high, smoothed and low ends. (From torch's own default frequencies, `_llama3` gives its values bit
+    for bit; the llama-embedding fixture's hidden states are the end-to-end check.)"""
+    rope = encoders.Rope(500_000.0, llama3=(8.0, 1.0, 4.0, 8192.0))
+    inv_K = rope.inv_freq(128)
+    default_K = encoders.Rope(500_000.0).inv_freq(128)
+    wavelen_K = 2 * np.pi / default_K
+    np.testing.assert_array_equal(inv_K[wavelen_K < 2048], default_K[wavelen_K < 2048])
+    np.testing.assert_allclose(inv_K[wavelen_K > 8192], default_K[wavelen_K > 8192] / 8, rtol=1e-7)
+    # Within one float32 ulp: numpy's float32 power and torch's may round the default frequencies apart.
+    np.testing.assert_allclose(inv_K[[20, 29, 31, 33, 50]], LLAMA31_INV_FREQ, rtol=1.2e-7)
+
+
 @pytest.mark.parametrize(
     "name, prefix, architecture",
     [
         ("qwen3-embedding", "model.", "Qwen3ForCausalLM"),
+        ("qwen2-embedding", "model.", "Qwen2ForCausalLM"),
+        ("mistral-embedding", "model.", "MistralForCausalLM"),
+        ("llama-embedding", "model.", "LlamaForCausalLM"),
         ("gemma3-embedding", "model.", "Gemma3ForCausalLM"),
         ("gemma3-embedding", "model.language_model.", "Gemma3TextModel"),
     ],
@@ -452,12 +561,7 @@ def test_a_gemma3_decoder_attends_causally_within_its_sliding_window(impl):
     config = json.loads((m.spec.path / "config.json").read_text())
     arch = encoders.config_from_hf(config | {"use_bidirectional_attention": False})
     assert arch.causal and [k.window for k in arch.layer_kinds] == [15, 15, None, 15]
-    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
-    hidden = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
-    start = 0
-    for i, n in enumerate(m.ref["lengths"]):
-        assert cosine(hidden[i, :n], m.ref["hidden_causal"][start : start + n]) >= COSINE, (i, n)
-        start += n
+    assert_reproduces_variant(m, arch, impl, "hidden_causal")
     assert _long_text_cosine(m, dataclasses.replace(arch, causal=False), reference="hidden_causal") < 0.999
 
 
@@ -487,7 +591,7 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
     assert str(e.value) == (
         "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
         "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, qwen3, "
-        "gemma3_text"
+        "qwen2, mistral, llama, gemma3_text"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "bart"}))
@@ -700,6 +804,22 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ),
         ("gemma3-embedding", {"layer_types": ["full_attention"] * 3}, "gemma3: layer_types must list 4"),
         ("gemma3-embedding", {"num_key_value_heads": 3}, "gemma3: 4 attention heads are not a multiple of 3 K/V"),
+        ("mistral-embedding", {"attention_bias": True}, "mistral: attention_bias true is not implemented"),
+        (
+            "qwen2-embedding",
+            {"layer_types": ["full_attention", "sliding_attention", "full_attention"]},
+            r"qwen2: layer_types slide \(layers \[1\]\) without a sliding_window in use",
+        ),
+        (
+            "llama-embedding",
+            {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
+            "llama: RoPE scaling 'yarn' is not implemented; known: default, llama3",
+        ),
+        (
+            "llama-embedding",
+            {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+            "llama: partial_rotary_factor 0.5 is not implemented",
+        ),
     ],
 )
 def test_other_options_not_implemented_are_refused(name, change, message):
@@ -759,3 +879,14 @@ def test_gemma3s_older_config_keys_describe_the_same_layers():
     wide = encoders.config_from_hf(config | {"sliding_window": 1022})
     assert [k.window for k in wide.layer_kinds] == [None] * 4
     assert [k.window for k in encoders.config_from_hf(config | {"sliding_window": 1020}).layer_kinds][0] == 510
+
+
+# LlamaRotaryEmbedding's inv_freq for Llama 3.1-8B's rope_parameters (transformers 5.24), entries 20 (kept),
+# 29, 31, 33 (smoothed: wavelengths 2402, 3619, 5454 between 8192 / 4 and 8192) and 50 (divided by 8).
+LLAMA31_INV_FREQ = [
+    0.016560440883040428,
+    0.0021665706299245358,
+    0.0008567514596506953,
+    0.0003126936499029398,
+    4.411534519022098e-06,
+]

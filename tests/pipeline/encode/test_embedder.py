@@ -23,6 +23,8 @@ POOLING_FIXTURE = DENSE_FIXTURE.with_name("bert-pooling-modes")
 T5_FIXTURE = DENSE_FIXTURE.with_name("t5-encoder-st")
 QWEN3_FIXTURE = DENSE_FIXTURE.with_name("qwen3-embedding")
 GEMMA3_FIXTURE = DENSE_FIXTURE.with_name("gemma3-embedding")
+MISTRAL_FIXTURE = DENSE_FIXTURE.with_name("mistral-embedding")
+QWEN2_FIXTURE = DENSE_FIXTURE.with_name("qwen2-embedding")
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +240,19 @@ def test_qwen3_embedding_matches_sentence_transformers_encode():
     <|endoftext|> its byte-level BPE tokenizer appends, and Normalize; sentence-transformers' encode() pads the
     batch on the left (tokenizer_config.json's padding_side), the Embedder packs it several to a row."""
     assert_embeds_as_sentence_transformers(QWEN3_FIXTURE, 64)
+
+
+def test_e5_mistral_layout_matches_sentence_transformers_encode():
+    """e5-mistral-7b-instruct's layout: a MistralModel (causal, grouped-query, every layer within its sliding
+    window), pooled by its last token, the </s> its LlamaTokenizer appends after <s> text (add_eos_token), and
+    Normalize; sentence-transformers' encode() pads the batch on the left."""
+    assert_embeds_as_sentence_transformers(MISTRAL_FIXTURE, 64)
+
+
+def test_gte_qwen2_layout_matches_sentence_transformers_encode():
+    """gte-Qwen2-instruct's layout: a Qwen2Model (causal, grouped-query, q, k and v with biases), pooled by its
+    last token, the <|endoftext|> its tokenizer appends, and Normalize."""
+    assert_embeds_as_sentence_transformers(QWEN2_FIXTURE, 64)
 
 
 def test_embeddinggemma_matches_sentence_transformers_encode_with_and_without_its_prompt():
