@@ -132,6 +132,44 @@ CONFIGS = {
         "hidden_act": "silu",
         "tie_word_embeddings": True,
     },
+    # Causal, every layer within sliding_window 4096 (the 4095 tokens before), grouped-query attention (8 K/V heads
+    # for 32 query heads, 128 wide), no biases; pooled by the </s> its tokenizer appends.
+    "mistral (e5-mistral-7b-instruct)": {
+        "model_type": "mistral",
+        "architectures": ["MistralModel"],
+        "vocab_size": 32000,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-05,
+        "rope_theta": 10000.0,
+        "sliding_window": 4096,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+    },
+    # Causal (HF's Qwen2Model, whatever the model card says of its attention), full attention (use_sliding_window
+    # false), grouped-query attention (2 K/V heads for 12 query heads, 128 wide), biases on q, k and v.
+    "qwen2 (gte-Qwen2-1.5B-instruct)": {
+        "model_type": "qwen2",
+        "architectures": ["Qwen2ForCausalLM"],
+        "vocab_size": 151646,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 131072,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 1000000.0,
+        "use_sliding_window": False,
+        "sliding_window": 131072,
+        "max_window_layers": 21,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+    },
     # Bidirectional (use_bidirectional_attention), 5 sliding layers (256 tokens either side: sliding_window // 2)
     # then 1 full, grouped-query attention (1 K/V head for 3 query heads, 256 wide over hidden 768).
     "gemma3 (EmbeddingGemma-300m)": {
