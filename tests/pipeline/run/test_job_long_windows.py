@@ -37,6 +37,8 @@ FAMILIES = {
     "t5": ("t5-encoder-st", {}),
     # Causal attention at a long window, and the last token pooled: the <|endoftext|> its tokenizer appends.
     "qwen3": ("qwen3-embedding", {}),
+    # Causal attention within a 16-token sliding window at every layer, pooled by the </s> appended after <s> text.
+    "mistral": ("mistral-embedding", {}),
     # Bidirectional attention with sliding layers, a BPE with byte fallback between <bos> and <eos>, the
     # document prompt, two Dense modules.
     "gemma3": ("gemma3-embedding", {"prompt": "document"}),
