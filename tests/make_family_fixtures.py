@@ -3,8 +3,9 @@ hidden states and sentence embeddings transformers computes for them.
 
 Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel, MPNetModel,
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel, and a
-T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token; Gemma3TextModel,
-bidirectional as EmbeddingGemma), given larger-than-default random weights so that attention is peaked and
+T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token; MistralModel, sliding,
+Qwen2Model, its q/k/v biased, and LlamaModel, biased with llama3 RoPE; Gemma3TextModel, bidirectional as
+EmbeddingGemma), given larger-than-default random weights so that attention is peaked and
 RoPE, windows and norms all show in the output, and saved as a sentence-transformers model directory:
 config.json, weights in bfloat16 (one directory sharded with model.safetensors.index.json), tokenizer.json (a
 small WordPiece, Unigram or BPE vocabulary trained here), modules.json, 1_Pooling/config.json,
@@ -13,16 +14,18 @@ MPNet's tokenizer layout (WordPiece between <s> and </s>, RobertaProcessing, pad
 tokenizer_config.json naming MPNetTokenizer, T5 models a Unigram vocabulary as T5's (text then </s>, pad id 0)
 and one naming T5Tokenizer, Qwen3 a byte-level BPE as Qwen3-Embedding's (text then <|endoftext|>) and one naming
 Qwen2Tokenizer, Gemma3 a BPE with byte fallback as EmbeddingGemma's (<bos> text <eos>) and one naming
-GemmaTokenizer, and transformers' AutoTokenizer must give the ids recorded here. Beside each directory, NAME.npz
+GemmaTokenizer, Mistral and Llama one as e5-mistral's (<s> text </s>), and transformers' AutoTokenizer must give
+the ids recorded here. Beside each directory, NAME.npz
 holds the texts, their token ids, transformers' last hidden states (float32, each text run alone, unpadded;
-gemma3-embedding's also as a causal decoder, `hidden_causal`) and the pooled embeddings that
+gemma3-embedding's also as a causal decoder, `hidden_causal`; qwen2's and mistral's `hidden_bidirectional`,
+qwen2's `hidden_sliding`) and the pooled embeddings that
 sentence-transformers' Pooling (and Dense, and Normalize) make of them. Three models have Dense modules after
 their Pooling (2_Dense/, 3_Dense/: config.json and model.safetensors, written by sentence-transformers' own
 Dense): distilbert-dense, with a tokenizer_config.json naming DistilBertTokenizer, t5-encoder-st, sentence-t5's
 one, and gemma3-embedding, EmbeddingGemma's two; one pools by three modes that only sentence-transformers' own
-Pooling computes here; and qwen3-embedding and gemma3-embedding, whose encode() pads on the left as their
-tokenizers say; their NAME.npz also holds `st_encoded`, what sentence-transformers' encode() makes of the texts
-from the saved directory, all texts in one padded batch.
+Pooling computes here; and the decoders (qwen3-, qwen2-, mistral-, llama- and gemma3-embedding), whose encode()
+pads on the left as their tokenizers say; their NAME.npz also holds `st_encoded`, what sentence-transformers'
+encode() makes of the texts from the saved directory, all texts in one padded batch.
 
 Two families come as the hub publishes them, not as transformers saves them,
 and are written here from transformers' weights by the renaming that
