@@ -25,6 +25,7 @@ QWEN3_FIXTURE = DENSE_FIXTURE.with_name("qwen3-embedding")
 GEMMA3_FIXTURE = DENSE_FIXTURE.with_name("gemma3-embedding")
 MISTRAL_FIXTURE = DENSE_FIXTURE.with_name("mistral-embedding")
 QWEN2_FIXTURE = DENSE_FIXTURE.with_name("qwen2-embedding")
+LLAMA_FIXTURE = DENSE_FIXTURE.with_name("llama-embedding")
 
 
 @pytest.fixture(scope="module")
@@ -253,6 +254,12 @@ def test_gte_qwen2_layout_matches_sentence_transformers_encode():
     """gte-Qwen2-instruct's layout: a Qwen2Model (causal, grouped-query, q, k and v with biases), pooled by its
     last token, the <|endoftext|> its tokenizer appends, and Normalize."""
     assert_embeds_as_sentence_transformers(QWEN2_FIXTURE, 64)
+
+
+def test_a_llama_layout_matches_sentence_transformers_encode():
+    """A LlamaModel with attention and MLP biases and Llama 3.1's llama3 RoPE, mean-pooled over <s> text </s>,
+    Normalize."""
+    assert_embeds_as_sentence_transformers(LLAMA_FIXTURE, 64)
 
 
 def test_embeddinggemma_matches_sentence_transformers_encode_with_and_without_its_prompt():
