@@ -131,6 +131,7 @@ def real_run(corpus: Path, out: Path, tree: Path = REPO, model: Path | None = No
         "first_group_s": success["first_group_seconds"],
         "startup": success["startup_seconds"],
         "inputs": success["counts"]["inputs"],
+        "read_window": success.get("read_window"),  # absent before 2026-12-06
     }
 
 
