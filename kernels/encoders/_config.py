@@ -231,6 +231,12 @@ def layer_types(config: Mapping[str, Any], family: str, n_layers: int, derived: 
     return types
 
 
+def window_or_full(window: int, max_tokens: int) -> int | None:
+    """`LayerKind.window` of a sliding layer that sees |t - s| <= `window` in a model of `max_tokens` positions:
+    None where that reaches every position, full attention, as transformers' masks then are."""
+    return None if window >= max_tokens - 1 else window
+
+
 def check_window(cfg: ModelConfig, n_tokens: int) -> None:
     """Raises WindowTooLong if sequences of `n_tokens` tokens exceed the model's positions."""
     if n_tokens > cfg.max_tokens:

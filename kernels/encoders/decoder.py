@@ -46,6 +46,7 @@ from kernels.encoders._config import (
     Rope,
     UnsupportedModel,
     layer_types,
+    window_or_full,
 )
 from kernels.encoders._values import integer, mapping, number
 
@@ -111,10 +112,8 @@ def _windows(config: Mapping[str, Any], d: Decoder, layers: int, causal: bool) -
         return [None] * layers
     if sliding_window is None or (d.sliding == "qwen" and not config.get("use_sliding_window")):
         raise UnsupportedModel(f"{d.family}: layer_types slide (layers {sliding}) without a sliding_window in use")
-    window = integer(config, "sliding_window", minimum=1) - causal
-    # A window that reaches every position is full attention, as transformers' mask then is.
     max_tokens = integer(config, "max_position_embeddings", d.max_positions, minimum=1)
-    window = None if window >= max_tokens - 1 else window
+    window = window_or_full(integer(config, "sliding_window", minimum=1) - causal, max_tokens)
     return [window if kind == SLIDING_ATTENTION else None for kind in types]
 
 

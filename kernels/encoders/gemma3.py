@@ -44,6 +44,7 @@ from kernels.encoders._config import (
     Rope,
     UnsupportedModel,
     layer_types,
+    window_or_full,
 )
 from kernels.encoders._values import integer, mapping, number
 
@@ -86,9 +87,7 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     max_tokens = integer(config, "max_position_embeddings", 131_072, minimum=1)
     bidirectional = bool(config.get("use_bidirectional_attention"))
     sliding_window = integer(config, "sliding_window", 4096, minimum=1)
-    window = sliding_window // 2 if bidirectional else sliding_window - 1
-    # A window that reaches every position is full attention (with the sliding layers' theta).
-    window = None if window >= max_tokens - 1 else window
+    window = window_or_full(sliding_window // 2 if bidirectional else sliding_window - 1, max_tokens)
     ropes = _ropes(config)
     kinds = {
         FULL_ATTENTION: LayerKind(None, ropes[FULL_ATTENTION]),

@@ -34,6 +34,7 @@ from kernels.encoders._config import (
     UnsupportedModel,
     bert_dims,
     layer_types,
+    window_or_full,
 )
 from kernels.encoders._values import integer, mapping, number
 
@@ -70,9 +71,8 @@ def config_from_hf(config: Mapping[str, Any]) -> ModelConfig:
     dims = bert_dims(config, FAMILY)
     thetas = _rope_thetas(config)
     max_tokens = integer(config, "max_position_embeddings", 8192, minimum=1)
-    window = integer(config, "local_attention", 128) // 2
-    # A window that reaches every position is global attention (with the local theta), as transformers runs it.
-    window = None if window >= max_tokens - 1 else window
+    # A window that reaches every position is global attention, with the local theta.
+    window = window_or_full(integer(config, "local_attention", 128) // 2, max_tokens)
     kinds = {GLOBAL: LayerKind(None, Rope(thetas[GLOBAL])), LOCAL: LayerKind(window, Rope(thetas[LOCAL]))}
     flags = {
         "qkv": "attention_bias",
