@@ -163,19 +163,18 @@ class LocalCluster:
         return mine
 
     def stop(self) -> None:
-        procs = self.processes()
-        for proc in procs:
-            try:
-                proc.send_signal(signal.SIGTERM)
-            except psutil.Error:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=5)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+        """SIGTERM, then SIGKILL, in rounds until none is left: the dashboard's head starts its module
+        processes while it starts up and shuts down, so one seen too late joins the next round."""
+        for sig in (signal.SIGTERM, signal.SIGKILL, signal.SIGKILL, signal.SIGKILL):
+            procs = self.processes()
+            if not procs:
+                return
+            for proc in procs:
+                try:
+                    proc.send_signal(sig)
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(procs, timeout=5)
 
 
 @pytest.fixture(scope="module")
