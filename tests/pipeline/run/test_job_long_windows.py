@@ -1,11 +1,18 @@
-"""The job at a 2,048-token window, one run per long-context family, against the Embedder.
+"""The job's stages at a 2,048-token window, for every long-context family, against the Embedder.
 
 The committed fixture models are tiny random-weight models of each family
 (tests/make_family_fixtures.py). The RoPE families and T5 take any window their
 config.json allows; a copy of each whose config allows 2,048 positions (and, for
-XLM-RoBERTa's learned positions, with rows added to its position table) runs the
-job. A document that fits one window is one chunk holding the whole text, so its
-embedding must be the Embedder's of that text at the same window.
+XLM-RoBERTa's learned positions, with rows added to its position table) is
+chunked and encoded as the job does it. A document that fits one window is one
+chunk holding the whole text, so its embedding must be the Embedder's of that
+text at the same window.
+
+Two families run the whole job on Ray (a Matryoshka dim, and a decoder with a
+prompt and Dense modules), with what it records and `jobs/search.py` over its
+output; the others run the same stage classes (`ChunkBlock`, `EncodeBlock`) in
+this process, where the family is all that differs: a Ray job adds ~10 s of CPU
+in actor start-ups to each and checks nothing more of the family.
 """
 
 import json
@@ -14,14 +21,20 @@ from pathlib import Path
 
 import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' weights
 import numpy as np
+import pyarrow as pa
 import pytest
 import ray
 from safetensors.numpy import load_file, save_file
 
 from jobs.search import main as search_main
 from pipeline import Embedder, JobConfig, run_job
+from pipeline.config import chunks_and_encoder
+from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
+from pipeline.encode.stage import EncodeBlock
 from pipeline.results import embedding_matrix, read_report, read_table
+from pipeline.run.stages import ChunkBlock
+from pipeline.schemas import DOC_SCHEMA
 from pipeline.text.tokenizer import Tokenizer
 
 from support import FAMILY_FIXTURES
@@ -43,6 +56,9 @@ FAMILIES = {
     # document prompt, two Dense modules.
     "gemma3": ("gemma3-embedding", {"prompt": "document"}),
 }
+# The families whose fixture runs the whole job on Ray: a Matryoshka dim, which the writer and jobs/search.py
+# carry; a decoder with a prompt, sliding layers and Dense modules.
+ON_RAY = ("gte", "gemma3")
 # The generated documents' words, in order.
 WORDS = [f"{w}{i % 97}" for i in range(3 * WINDOW) for w in ("river", "stone", "light")]
 # Tokens of the generated documents: one chunk near the window, one short, one of three chunks.
@@ -86,33 +102,54 @@ def documents(tokenizer: Tokenizer, root: Path) -> Path:
     return docs
 
 
+def stages_in_this_process(cfg: JobConfig, docs: Path) -> dict[str, list[tuple[dict, np.ndarray]]]:
+    """Document stem -> its chunk rows and embeddings, as the job's chunk and encode stages make them here."""
+    chunking, encoder = chunks_and_encoder(model_dir.resolve(cfg.model), cfg)
+    rows = [{"doc_id": str(p), "kind": "text", "pages": [p.read_text()]} for p in sorted(docs.iterdir())]
+    packs = ChunkBlock(cfg.model, chunking, call_packs=8)(pa.Table.from_pylist(rows, schema=DOC_SCHEMA))
+    return by_document(EncodeBlock(cfg.model, encoder)(packs))
+
+
+def on_ray(cfg: JobConfig, capsys) -> dict[str, list[tuple[dict, np.ndarray]]]:
+    """The same, from a job's output; checks what the job records of the window, and a search over it."""
+    run_job(cfg)
+    config = read_report(cfg.output)["config"]
+    assert config["encoder"]["max_tokens"] == WINDOW and config["encoder"]["dim"] == cfg.encoder.dim
+    assert config["chunking"]["prompt"] == model_dir.resolve(cfg.model).prompt_text(cfg.prompt)
+    # jobs/search.py embeds the query as the output was embedded: its --dim, the query's own prompt.
+    capsys.readouterr()
+    assert search_main(["--output", cfg.output, "--query", "river stone", "--top", "1", "--prompt", ""]) == 0
+    assert capsys.readouterr().out.startswith("top 1 chunks for: 'river stone'")
+    return by_document(read_table(cfg.output))
+
+
+def by_document(table: pa.Table) -> dict[str, list[tuple[dict, np.ndarray]]]:
+    table = table.sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
+    chunks = {}
+    for row, vector in zip(table.drop_columns(["embedding"]).to_pylist(), embedding_matrix(table)):
+        chunks.setdefault(Path(row["doc_id"]).stem, []).append((row, vector))
+    return chunks
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path, capsys, family):
+def test_the_jobs_stages_at_a_2048_token_window_equal_the_embedder(ray_local, tmp_path, capsys, family):
     name, options = FAMILIES[family]
     model = long_context_copy(name, tmp_path)
     prompt, dim = options.get("prompt"), options.get("dim")
     embedder = Embedder.load(str(model), max_tokens=WINDOW, dim=dim)
     assert embedder.encoder.spec.arch.family == family
-    docs = documents(embedder.tokenizer, tmp_path)
-    out = tmp_path / "out"
-    run_job(
-        JobConfig(
-            inputs=(str(docs),),
-            output=str(out),
-            model=str(model),
-            max_tokens=WINDOW,
-            overlap=64,
-            prompt=prompt,
-            encoder=EncoderConfig(dim=dim),
-        )
+    cfg = JobConfig(
+        inputs=(str(documents(embedder.tokenizer, tmp_path)),),
+        output=str(tmp_path / "out"),
+        model=str(model),
+        max_tokens=WINDOW,
+        overlap=64,
+        prompt=prompt,
+        encoder=EncoderConfig(dim=dim),
     )
+    by_doc = on_ray(cfg, capsys) if family in ON_RAY else stages_in_this_process(cfg, Path(cfg.inputs[0]))
 
-    table = read_table(str(out)).sort_by([("doc_id", "ascending"), ("chunk_index", "ascending")])
-    rows = table.drop_columns(["embedding"]).to_pylist()
-    by_doc = {}
-    for row, vector in zip(rows, embedding_matrix(table)):
-        by_doc.setdefault(Path(row["doc_id"]).stem, []).append((row, vector))
     assert {doc: len(chunks) for doc, chunks in by_doc.items()} == {"near-window": 1, "short": 1, "three-chunks": 3}
     n_around = Tokenizer(model / "tokenizer.json", prompt=embedder.encoder.spec.prompt_text(prompt)).n_special
     # Full windows, but for the end of a word ("river12" is several tokens): no sentence ends in this text.
@@ -125,10 +162,3 @@ def test_the_job_at_a_2048_token_window_equals_the_embedder(ray_local, tmp_path,
         assert vector.shape == (dim or embedder.encoder.spec.dim,)
         cos = float(vector @ want / np.linalg.norm(vector) / np.linalg.norm(want))
         assert cos >= 0.99999, (doc, cos)
-    config = read_report(str(out))["config"]
-    assert config["encoder"]["max_tokens"] == WINDOW and config["encoder"]["dim"] == dim
-    assert config["chunking"]["prompt"] == embedder.encoder.spec.prompt_text(prompt)
-    # jobs/search.py embeds the query as the output was embedded: its --dim, the query's own prompt.
-    capsys.readouterr()
-    assert search_main(["--output", str(out), "--query", "river stone", "--top", "1", "--prompt", ""]) == 0
-    assert capsys.readouterr().out.startswith("top 1 chunks for: 'river stone'")
