@@ -2,9 +2,10 @@
 
     .pdf                 'pdf'      one document, text per page (pipeline.extract)
     .txt, .md            'text'     one document (pipeline.extract)
-    .jsonl               'jsonl'    a shard: one document per line (pipeline.io.shards)
-    .jsonl or .json      'jsonl'    the same, compressed whole: gzip, zstd or bzip2
-      + .gz, .zst, .bz2             (`.json.gz` is how C4 and Dolma name their JSON Lines)
+    .jsonl, .ndjson      'jsonl'    a shard: one document per line (pipeline.io.shards)
+    .jsonl, .ndjson      'jsonl'    the same, compressed whole: gzip, zstd or bzip2
+      or .json                      (`.json.gz` is how C4 and Dolma name their JSON Lines;
+      + .gz, .zst, .bz2             `.ndjson`, newline-delimited JSON, is the same format)
     .parquet             'parquet'  a shard: one document per row (pipeline.io.shards)
 
 Any other file is not an input: the listing skips it and counts it.
@@ -19,8 +20,9 @@ SUFFIXES = (
     (".pdf", "pdf"),
     (".txt", "text"),
     (".md", "text"),
-    *((base + suffix, "jsonl") for base in (".jsonl", ".json") for suffix in COMPRESSIONS),
+    *((base + suffix, "jsonl") for base in (".jsonl", ".ndjson", ".json") for suffix in COMPRESSIONS),
     (".jsonl", "jsonl"),
+    (".ndjson", "jsonl"),
     (".parquet", "parquet"),
 )
 SHARD_KINDS = ("jsonl", "parquet")

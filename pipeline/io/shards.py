@@ -1,8 +1,8 @@
 """Shards: files of many documents (JSON Lines, compressed or not, and Parquet), streamed row by row.
 
-A jsonl shard holds one JSON object per line, in a file named `.jsonl`, or
-compressed whole as `.jsonl.gz`, `.jsonl.zst` or `.jsonl.bz2` (and `.json.gz`,
-`.json.zst`, as C4 and Dolma name their JSON Lines); a Parquet shard holds one
+A jsonl shard holds one JSON object per line, in a file named `.jsonl` or `.ndjson`,
+or compressed whole with gzip, zstd or bzip2 (`.jsonl.gz`, `.ndjson.zst`, and `.json.gz` as
+C4 and Dolma name their JSON Lines: `pipeline.kinds`); a Parquet shard holds one
 row per document. Each names its document's id and text in fields (`id` and `text` by
 default, `ShardFields` to change). A row becomes a document whose doc_id is
 `URI#id`, URI being the shard's own doc_id (`pipeline.io.uris.doc_id_of`: a "#"

@@ -17,6 +17,8 @@ from pipeline.kinds import SHARD_KINDS, described, kind_of
         ("rows.jsonl.bz2", "jsonl"),
         ("c4/en/c4-train.00000-of-01024.json.gz", "jsonl"),
         ("pile/00.json.zst", "jsonl"),
+        ("export/rows.ndjson", "jsonl"),
+        ("gs://bucket/rows.NDJSON.gz", "jsonl"),
         ("config.json", None),
         ("gs://bucket/part-0.parquet", "parquet"),
         ("image.png", None),
@@ -31,5 +33,6 @@ def test_kind_of_by_name(path, kind):
 def test_shards_are_the_kinds_of_many_documents():
     assert set(SHARD_KINDS) == {kind_of("a.jsonl"), kind_of("a.parquet")}
     assert described() == (
-        ".pdf, .txt, .md, .jsonl.gz, .jsonl.zst, .jsonl.bz2, .json.gz, .json.zst, .json.bz2, .jsonl, .parquet"
+        ".pdf, .txt, .md, .jsonl.gz, .jsonl.zst, .jsonl.bz2, .ndjson.gz, .ndjson.zst, .ndjson.bz2, .json.gz, "
+        ".json.zst, .json.bz2, .jsonl, .ndjson, .parquet"
     )

@@ -233,7 +233,7 @@ def test_listing_a_large_tree_holds_no_structure_per_file(tmp_path):
 
 
 def test_skipped_kinds_are_said_once_each(tmp_path, caplog, monkeypatch):
-    for name in ["a.csv", "b.csv", "c.CSV", "README", "d.ndjson", "e.zst", "f.txt"]:
+    for name in ["a.csv", "b.csv", "c.CSV", "README", "d.tsv", "e.zst", "f.txt"]:
         (tmp_path / name).write_text("x")
     monkeypatch.setattr(listing, "SAID_SUFFIXES", 2)
     with caplog.at_level(logging.WARNING, logger="docembed"):
@@ -242,5 +242,5 @@ def test_skipped_kinds_are_said_once_each(tmp_path, caplog, monkeypatch):
     said = [r.getMessage() for r in caplog.records]
     assert said == [
         f"docembed: skipped {tmp_path / name}, and any other {ending}: docembed reads {kinds.described()}"
-        for name, ending in [("a.csv", "*.csv"), ("d.ndjson", "*.ndjson")]  # README: no suffix, not said
+        for name, ending in [("a.csv", "*.csv"), ("d.tsv", "*.tsv")]  # README: no suffix, not said
     ]

@@ -65,7 +65,7 @@ def test_jsonl_shard_rows_and_bad_records(tmp_path):
     assert rows[0]["pages"] == ["first"]
 
 
-@pytest.mark.parametrize("suffix", [".jsonl.gz", ".json.gz", ".jsonl.bz2", ".JSONL.ZST"])
+@pytest.mark.parametrize("suffix", [".jsonl.gz", ".json.gz", ".ndjson.gz", ".jsonl.bz2", ".JSONL.ZST"])
 def test_compressed_jsonl_shards_read_whole_and_a_cut_one_keeps_the_rows_before_the_damage(tmp_path, suffix):
     data = _compressed(suffix, ROWS)
     (tmp_path / f"a{suffix}").write_bytes(data)
