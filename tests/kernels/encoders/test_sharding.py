@@ -97,21 +97,19 @@ def measure_on_8_devices() -> dict:
             mesh_of[text] = encoder.mesh
         # Packed rows under shard_map on every mesh that splits something; on one device only where no other
         # mesh runs (a head count the model axis cannot split), as shard_map over one device splits nothing.
-        axes = encoders.param_axes(params)
+        axes, scale = encoders.param_axes(params), float(np.abs(whole).max())
+        in_axes = (axes, *(encoders.logical("BT"),) * 3)
         for text in [t for t in mesh_of if t != ONE_DEVICE] or [ONE_DEVICE]:
             step = sharding.shard_map(
                 lambda p, i, s, q, arch=spec.arch: encoders.forward(p, i, s, q, arch, rules=rules),
                 mesh_of[text],
                 rules,
-                in_axes=(axes, *(encoders.logical("BT"),) * 3),
+                in_axes=in_axes,
                 out_axes=encoders.logical("BTD"),
             )
-            placed = jax.device_put(
-                (params, *batch), sharding.named_shardings((axes, *(encoders.logical("BT"),) * 3), rules, mesh_of[text])
-            )
+            placed = jax.device_put((params, *batch), sharding.named_shardings(in_axes, rules, mesh_of[text]))
             hidden = np.asarray(jax.jit(step)(*placed))
-            out["meshes"][text]["packed_max_abs_diff"] = float(np.abs(hidden - whole).max())
-            out["meshes"][text]["packed_scale"] = float(np.abs(whole).max())
+            out["meshes"][text] |= {"packed_max_abs_diff": float(np.abs(hidden - whole).max()), "packed_scale": scale}
         out["reference"] = ref["pooled"].tolist()
         out["heads"] = spec.arch.num_heads
         results[name] = out

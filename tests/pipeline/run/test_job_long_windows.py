@@ -29,8 +29,8 @@ from safetensors.numpy import load_file, save_file
 from jobs.search import main as search_main
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.config import chunks_and_encoder
-from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
+from pipeline.encode.model_dir import ModelSpec
 from pipeline.encode.stage import EncodeBlock
 from pipeline.results import embedding_matrix, read_report, read_table
 from pipeline.run.stages import ChunkBlock
@@ -102,20 +102,21 @@ def documents(tokenizer: Tokenizer, root: Path) -> Path:
     return docs
 
 
-def stages_in_this_process(cfg: JobConfig, docs: Path) -> dict[str, list[tuple[dict, np.ndarray]]]:
+def stages_in_this_process(cfg: JobConfig, spec: ModelSpec) -> dict[str, list[tuple[dict, np.ndarray]]]:
     """Document stem -> its chunk rows and embeddings, as the job's chunk and encode stages make them here."""
-    chunking, encoder = chunks_and_encoder(model_dir.resolve(cfg.model), cfg)
-    rows = [{"doc_id": str(p), "kind": "text", "pages": [p.read_text()]} for p in sorted(docs.iterdir())]
+    chunking, encoder = chunks_and_encoder(spec, cfg)
+    (docs,) = cfg.inputs
+    rows = [{"doc_id": str(p), "kind": "text", "pages": [p.read_text()]} for p in sorted(Path(docs).iterdir())]
     packs = ChunkBlock(cfg.model, chunking, call_packs=8)(pa.Table.from_pylist(rows, schema=DOC_SCHEMA))
     return by_document(EncodeBlock(cfg.model, encoder)(packs))
 
 
-def on_ray(cfg: JobConfig, capsys) -> dict[str, list[tuple[dict, np.ndarray]]]:
+def on_ray(cfg: JobConfig, spec: ModelSpec, capsys) -> dict[str, list[tuple[dict, np.ndarray]]]:
     """The same, from a job's output; checks what the job records of the window, and a search over it."""
     run_job(cfg)
     config = read_report(cfg.output)["config"]
     assert config["encoder"]["max_tokens"] == WINDOW and config["encoder"]["dim"] == cfg.encoder.dim
-    assert config["chunking"]["prompt"] == model_dir.resolve(cfg.model).prompt_text(cfg.prompt)
+    assert config["chunking"]["prompt"] == spec.prompt_text(cfg.prompt)
     # jobs/search.py embeds the query as the output was embedded: its --dim, the query's own prompt.
     capsys.readouterr()
     assert search_main(["--output", cfg.output, "--query", "river stone", "--top", "1", "--prompt", ""]) == 0
@@ -138,7 +139,8 @@ def test_the_jobs_stages_at_a_2048_token_window_equal_the_embedder(ray_local, tm
     model = long_context_copy(name, tmp_path)
     prompt, dim = options.get("prompt"), options.get("dim")
     embedder = Embedder.load(str(model), max_tokens=WINDOW, dim=dim)
-    assert embedder.encoder.spec.arch.family == family
+    spec = embedder.encoder.spec
+    assert spec.arch.family == family
     cfg = JobConfig(
         inputs=(str(documents(embedder.tokenizer, tmp_path)),),
         output=str(tmp_path / "out"),
@@ -148,10 +150,10 @@ def test_the_jobs_stages_at_a_2048_token_window_equal_the_embedder(ray_local, tm
         prompt=prompt,
         encoder=EncoderConfig(dim=dim),
     )
-    by_doc = on_ray(cfg, capsys) if family in ON_RAY else stages_in_this_process(cfg, Path(cfg.inputs[0]))
+    by_doc = on_ray(cfg, spec, capsys) if family in ON_RAY else stages_in_this_process(cfg, spec)
 
     assert {doc: len(chunks) for doc, chunks in by_doc.items()} == {"near-window": 1, "short": 1, "three-chunks": 3}
-    n_around = Tokenizer(model / "tokenizer.json", prompt=embedder.encoder.spec.prompt_text(prompt)).n_special
+    n_around = Tokenizer(model / "tokenizer.json", prompt=spec.prompt_text(prompt)).n_special
     # Full windows, but for the end of a word ("river12" is several tokens): no sentence ends in this text.
     longest = max(len(c.ids) for c in embedder.tokenizer.encode_content(sorted(set(WORDS))))
     assert all(WINDOW - longest < row["n_tokens"] <= WINDOW for row, _ in by_doc["three-chunks"][:2])
@@ -159,6 +161,6 @@ def test_the_jobs_stages_at_a_2048_token_window_equal_the_embedder(ray_local, tm
         ((row, vector),) = by_doc[doc]
         assert row["n_tokens"] == LENGTHS[doc] + n_around
         want = embedder.embed([row["text"]], prompt=prompt)[0]
-        assert vector.shape == (dim or embedder.encoder.spec.dim,)
+        assert vector.shape == (dim or spec.dim,)
         cos = float(vector @ want / np.linalg.norm(vector) / np.linalg.norm(want))
         assert cos >= 0.99999, (doc, cos)
