@@ -12,13 +12,13 @@ interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn
 (JAX's cuDNN flash attention on GPU). `tpu_interpret_mode()` emulates a TPU on CPU
 for tests. `RelativeBias` and `RelativeBuckets` describe a T5-style relative position
 bias (MPNet's, T5's), which reference and blockwise add; `causal` (Qwen3's) masks keys after the query,
-which reference and blockwise do.
+which every implementation does.
 """
 
 import importlib
 
 from kernels.attention._buckets import RelativeBias, RelativeBuckets
-from kernels.attention._impls import CAUSAL_IMPLS, IMPLS, RELATIVE_BIAS_IMPLS, runs_on
+from kernels.attention._impls import IMPLS, RELATIVE_BIAS_IMPLS, runs_on
 
 # Imported on first use (PEP 562): the names and platforms above are all a job's driver needs, and JAX
 # would cost it seconds of start-up and a hundred MB.
@@ -37,7 +37,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "CAUSAL_IMPLS",
     "IMPLS",
     "RELATIVE_BIAS_IMPLS",
     "RelativeBias",

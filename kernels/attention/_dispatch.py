@@ -16,7 +16,7 @@ import numpy as np
 from kernels.attention import _platform
 from kernels.attention._blockwise import blockwise_attention
 from kernels.attention._buckets import RelativeBias, RelativeBuckets
-from kernels.attention._impls import CAUSAL_IMPLS, IMPLS, PLATFORMS, RELATIVE_BIAS_IMPLS, runs_on
+from kernels.attention._impls import IMPLS, PLATFORMS, RELATIVE_BIAS_IMPLS, runs_on
 from kernels.attention._jax_shipped import cudnn_attention, tpu_flash_attention, tpu_splash_attention
 from kernels.attention._pallas import pallas_attention
 from kernels.attention._reference import reference_attention
@@ -55,8 +55,6 @@ class Problem:
         needed = []
         if self.relative is not None:
             needed.append((RELATIVE_BIAS_IMPLS, "it adds no relative position bias (MPNet's, T5's)"))
-        if self.causal:
-            needed.append((CAUSAL_IMPLS, "it has no causal mask within packed segments (Qwen3's)"))
         return needed
 
 
@@ -288,8 +286,8 @@ def attention(
     bias); only reference and blockwise take it.
 
     causal: query t sees no key s > t (row positions; with segment ids, the earlier tokens of its own
-    sequence, which packing lays out in row order), as a decoder run as an encoder attends (Qwen3). Only
-    reference and blockwise take it.
+    sequence, which packing lays out in row order), as a decoder run as an encoder attends (Qwen3). Every
+    implementation takes it.
 
     impl is "auto" or one of `IMPLS`; see `available_impls()`.
     Traceable under `jax.jit` and `jax.shard_map` (the platform is read at trace
@@ -320,11 +318,11 @@ def attention(
         causal,
         varying,
     )
-    # Only to the implementations that take them: `why_not` refuses them to the others.
-    extra = ({} if relative_bias is None else {"bias": relative_bias}) | ({"causal": True} if causal else {})
+    # Only to the implementations that take it: `why_not` refuses it to the others.
+    extra = {} if relative_bias is None else {"bias": relative_bias}
 
     def run(name: str) -> jax.Array:
-        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window, **extra)
+        return _IMPLS[name].fn(q, k, v, kv_lengths, segment_ids, scale=scale, window=window, causal=causal, **extra)
 
     if impl == "auto":
         return _run_auto(problem, run)

@@ -20,9 +20,6 @@ IMPLS = tuple(PLATFORMS)
 # The implementations that add a relative position bias (MPNet's, T5's): the plain-JAX ones, which gather it per
 # tile. The others' scores live inside kernels that take no additive term.
 RELATIVE_BIAS_IMPLS = frozenset({"reference", "blockwise"})
-# The implementations that mask causally (a decoder run as an encoder: Qwen3's), within each packed segment:
-# the plain-JAX ones, whose mask is theirs to write. The others' masks are segment ids and a two-sided window.
-CAUSAL_IMPLS = frozenset({"reference", "blockwise"})
 
 
 def runs_on(impl: str, platform: str) -> bool:

@@ -144,12 +144,16 @@ def canonical_segment_ids(
     return to_length(first, q_seq), kv_ids
 
 
-def sees_a_key(kv_lengths: jax.Array, segment_ids: jax.Array | None, window: int | None, q_seq: int) -> jax.Array:
+def sees_a_key(
+    kv_lengths: jax.Array, segment_ids: jax.Array | None, window: int | None, causal: bool, q_seq: int
+) -> jax.Array:
     """[B, q_seq] bool: whether query t sees any key, for kernels whose output for
     a query without keys is unspecified (it is then zeroed)."""
     t = jnp.arange(q_seq)[None, :]
     lo = jnp.zeros_like(t) if window is None else jnp.maximum(t - window, 0)
     hi = kv_lengths[:, None] if window is None else jnp.minimum(kv_lengths[:, None], t + window + 1)
+    if causal:
+        hi = jnp.minimum(hi, t + 1)
     if segment_ids is None:
         return lo < hi
     # The first position of t's segment at or after lo must come before hi: a binary

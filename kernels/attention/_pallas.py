@@ -4,9 +4,10 @@ Grid (B, N, T / block_q): each program owns one tile of queries of one (batch,
 head) and streams that head's keys/values through the online softmax in tiles of
 block_k, so scores never exist beyond [block_q, block_k]. It loops only over the
 key tiles that can hold a key its queries see (`key_block_ranges`: kv_lengths,
-segment ids, window), a dynamic trip count read from scalars per program, so a
-packed row costs the sum of its squared sequence lengths and a window layer
-T * window. Inside those tiles padding, segments and window are masked. The same
+segment ids, window, causality), a dynamic trip count read from scalars per
+program, so a packed row costs the sum of its squared sequence lengths, a window
+layer T * window, and causal attention skips the tiles above the diagonal. Inside
+those tiles padding, segments, window and causality are masked. The same
 kernel lowers to Mosaic on TPU and Triton on GPU, and runs on CPU in Pallas
 interpret mode: an emulator meant for tests, whose fixed cost per grid step hides
 most of what skipping saves there (bench/attention.py --masks).
@@ -40,7 +41,9 @@ class PallasBlocks:
         return cls(512, 512) if platform == "cpu" else cls()
 
 
-def _flash_kernel(scalars_ref, q_ref, k_ref, v_ref, *refs, scale: float, block_k: int, window: int | None):
+def _flash_kernel(
+    scalars_ref, q_ref, k_ref, v_ref, *refs, scale: float, block_k: int, window: int | None, causal: bool
+):
     """scalars_ref [B, T / block_q, 3] (whole), q_ref and o_ref [block_q, H], k_ref
     and v_ref [S, H] (the whole padded sequence); with segment ids, refs starts
     with this tile's query ids [block_q, 1] and the row's key ids [1, S]."""
@@ -56,7 +59,7 @@ def _flash_kernel(scalars_ref, q_ref, k_ref, v_ref, *refs, scale: float, block_k
         keys = pl.ds(start, block_k)
         k_positions = start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
         k_segments = segment_refs[1][:, keys] if segment_refs else None
-        valid = visible(q_positions, k_positions, length, q_segments, k_segments, window)
+        valid = visible(q_positions, k_positions, length, q_segments, k_segments, window, causal)
         return _online_softmax.step(state, q, k_ref[keys, :], v_ref[keys, :], valid, scale)
 
     state = jax.lax.fori_loop(first, end, fold_block, _online_softmax.init(q))
@@ -86,6 +89,7 @@ def pallas_attention(
     *,
     scale: float,
     window: int | None = None,
+    causal: bool = False,
     blocks: PallasBlocks | None = None,
     platform: str | None = None,
 ) -> jax.Array:
@@ -106,7 +110,14 @@ def pallas_attention(
     v_bnsh = pad_seq(v, block_k).transpose(0, 2, 1, 3)
     q_blocks, kv_seq = q_bnth.shape[2] // block_q, k_bnsh.shape[2]
     ranges = key_block_ranges(
-        kv_lengths, segment_ids, window, q_blocks=q_blocks, block_q=block_q, kv_seq=kv_seq, block_k=block_k
+        kv_lengths,
+        segment_ids,
+        window,
+        q_blocks=q_blocks,
+        block_q=block_q,
+        kv_seq=kv_seq,
+        block_k=block_k,
+        causal=causal,
     )
     lengths = jnp.broadcast_to(kv_lengths.astype(jnp.int32)[:, None, None], (batch, q_blocks, 1))
     # Per (row, query tile): first and end key tile, kv_length.
@@ -126,7 +137,7 @@ def pallas_attention(
         ]
         operands += [pad_seq(segment_ids, block_q)[:, :, None], pad_seq(segment_ids, block_k)[:, None, :]]
     out = pl.pallas_call(
-        functools.partial(_flash_kernel, scale=scale, block_k=block_k, window=window),
+        functools.partial(_flash_kernel, scale=scale, block_k=block_k, window=window, causal=causal),
         # Varying over the same mesh axes as q when called inside jax.shard_map.
         out_shape=jax.ShapeDtypeStruct(q_bnth.shape, q.dtype, manual_axis_type=jax.typeof(q_bnth).manual_axis_type),
         grid=(batch, heads, q_blocks),

@@ -14,7 +14,7 @@ import types
 import typing
 
 from kernels import encoders
-from kernels.attention import CAUSAL_IMPLS, IMPLS, RELATIVE_BIAS_IMPLS, runs_on
+from kernels.attention import IMPLS, RELATIVE_BIAS_IMPLS, runs_on
 from kernels.compute_dtype import DTYPES, choose_dtype
 from kernels.dense import IMPLS as DENSE_IMPLS
 from kernels.dense import unavailable
@@ -165,24 +165,18 @@ def check_mesh(spec: ModelSpec, cfg: EncoderConfig, n_devices: int, holder: str 
 
 def check_attention(attention: str, platform: str, holder: str, spec: ModelSpec) -> None:
     """ConfigError where `attention` cannot run on `platform` (`holder` says whose it is), or cannot add model
-    `spec`'s relative position bias (MPNet's, T5's) or mask causally as it attends (Qwen3's), naming what can.
+    `spec`'s relative position bias (MPNet's, T5's), naming what can.
 
     The driver asks it for the encoder actors' platform before anything is written; an Encoder for its own."""
     if not runs_on(attention, platform):
         runnable = ", ".join(name for name in ("auto", *IMPLS) if runs_on(name, platform))
         raise ConfigError(f"--attention {attention} cannot run on {holder}; these can: {runnable}")
-    model = f"model {spec.model_id} ({spec.arch.family})"
-    for needed, impls, what in (
-        (
-            spec.arch.relative_buckets is not None,
-            RELATIVE_BIAS_IMPLS,
-            f"adds no relative position bias, which {model} has",
-        ),
-        (spec.arch.causal, CAUSAL_IMPLS, f"has no causal mask, which {model} attends with"),
-    ):
-        if needed and attention not in ("auto", *impls):
-            runnable = ", ".join(name for name in ("auto", *IMPLS) if name in ("auto", *impls))
-            raise ConfigError(f"--attention {attention} {what}; these can: {runnable}")
+    if spec.arch.relative_buckets is not None and attention not in ("auto", *RELATIVE_BIAS_IMPLS):
+        runnable = ", ".join(name for name in ("auto", *IMPLS) if name in ("auto", *RELATIVE_BIAS_IMPLS))
+        model = f"model {spec.model_id} ({spec.arch.family})"
+        raise ConfigError(
+            f"--attention {attention} adds no relative position bias, which {model} has; these can: {runnable}"
+        )
 
 
 def check_dense(cfg: EncoderConfig, platform: str, holder: str) -> None:

@@ -380,40 +380,48 @@ def test_relative_bias_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
 # --- causal attention (Qwen3's: a decoder run as an encoder) -------------------------------------------
 
 
-@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+@pytest.mark.parametrize("impl, emulated", _cases())
 @pytest.mark.parametrize("dtype, window", [(jnp.float32, None), (jnp.float32, 5), (jnp.bfloat16, None)])
-def test_causal_with_segments_window_and_padding(seeded_rng, impl, dtype, window):
+def test_causal_with_segments_window_and_padding(seeded_rng, impl, emulated, dtype, window):
     """200 tokens, not a whole number of blocks; packed rows, one with scattered ids, rows cut short by
     kv_lengths: each query sees the earlier keys of its own segment and itself."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, dtype)
     lengths = jnp.asarray([200, 200, 150, 61], jnp.int32)
-    out = run(impl, False, q, k, v, lengths, segment_ids=segments, window=window, causal=True)
+    out = run_or_skip(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window, causal=True)
     what = f"{impl} causal window {window} {dtype.__name__}"
     check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window, causal=True)
 
 
-@pytest.mark.parametrize("impl", ["reference", "blockwise"])
-def test_causal_cross_attention_and_padding(seeded_rng, impl):
-    """Without segment ids, queries and keys of different lengths: row positions, rows without keys."""
-    q, k, v, lengths = make_inputs(seeded_rng, 5, 75, 301, 3, 16, jnp.float32)
-    out = run(impl, False, q, k, v, lengths, causal=True)
+@pytest.mark.parametrize("impl, emulated", _cases())
+def test_causal_cross_attention_and_padding(seeded_rng, impl, emulated):
+    """Without segment ids, queries and keys of different lengths: row positions from the top left, rows
+    without keys, queries past their row's last key that still see the keys before it."""
+    q, k, v, lengths = make_inputs(seeded_rng, 5, 75, 301, 3, 16, jnp.float32, lengths=(40,))
+    out = run_or_skip(impl, emulated, q, k, v, lengths, causal=True)
     check(out, q, k, v, lengths, 16**-0.5, jnp.float32, f"{impl} causal cross", causal=True)
 
 
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        lambda *a, **kw: blockwise_attention(*a, **kw, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
+        lambda *a, **kw: pallas_attention(*a, **kw, blocks=PallasBlocks(block_q=16, block_k=32)),
+    ],
+    ids=["blockwise", "pallas"],
+)
 @pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
-def test_causal_over_many_small_blocks(seeded_rng, window):
+def test_causal_over_many_small_blocks(seeded_rng, kernel, window):
     """Tiles on the diagonal, skipped tiles above it, sequences across block edges, blocks of queries and
     keys of different sizes."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
-    blocks = BlockwiseBlocks(block_q=16, block_k=32)
-    kernel = lambda *a: blockwise_attention(*a, scale=32**-0.5, window=window, causal=True, blocks=blocks)  # noqa: E731
-    out = jax.jit(kernel)(q, k, v, lengths, segments)
-    what = f"blockwise small blocks causal window {window}"
+    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window, causal=True))(q, k, v, lengths, segments)
+    what = f"small blocks causal window {window}"
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, causal=True)
 
 
-def test_causal_blockwise_never_visits_a_tile_above_the_diagonal():
-    """Each block of queries loops over the key blocks up to the one holding its last query, no further."""
+def test_causal_kernels_never_visit_a_tile_above_the_diagonal():
+    """Each block of queries loops over the key blocks up to the one holding its last query, no further
+    (`key_block_ranges`, which blockwise and pallas loop over)."""
     block_q, block_k, seq = 16, 32, 200
     q_blocks = -(-seq // block_q)
     ranges = np.asarray(
@@ -433,14 +441,14 @@ def test_causal_blockwise_never_visits_a_tile_above_the_diagonal():
     np.testing.assert_array_equal(ranges[:, 1], last_query // block_k + 1)
 
 
-def test_causal_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
+@pytest.mark.parametrize("impl, emulated", _cases())
+def test_causal_in_a_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated):
     """Causal within each segment, as the pipeline packs rows: a sequence's slice is that sequence alone."""
     q, k, v, segments, spans = sequences_in_a_row(seeded_rng)
     seq = q.shape[1]
-    for impl in ("reference", "blockwise"):
-        out = run(impl, False, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), causal=True)
-        for start, end in spans:
-            alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, causal=True)
-            np.testing.assert_allclose(
-                np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
-            )
+    out = run_or_skip(impl, emulated, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), causal=True)
+    for start, end in spans:
+        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, causal=True)
+        np.testing.assert_allclose(
+            np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
+        )

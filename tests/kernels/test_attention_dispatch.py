@@ -119,7 +119,7 @@ def test_auto_prefers_cudnn_for_bfloat16_on_gpu(pretend_gpu, monkeypatch):
     chosen = []
 
     def recorder(name):
-        return lambda q, k, v, kv_lengths, segment_ids, *, scale, window: chosen.append(name) or q
+        return lambda q, k, v, kv_lengths, segment_ids, *, scale, window, causal: chosen.append(name) or q
 
     fakes = {name: dataclasses.replace(impl, fn=recorder(name)) for name, impl in _dispatch._IMPLS.items()}
     monkeypatch.setattr(_dispatch, "_IMPLS", fakes)
@@ -300,34 +300,27 @@ def test_a_relative_bias_is_refused_by_the_kernels_without_one(pretend_gpu):
 
 
 @pytest.mark.parametrize("where", ["cpu", "gpu", "tpu"])
-@pytest.mark.parametrize("mask, described", [("relative", "relative position bias"), ("causal", "causal")])
-def test_auto_with_a_relative_bias_or_causal_picks_blockwise_without_a_warning(
-    fresh_log, monkeypatch, where, mask, described
-):
-    """The kernels that cannot add the bias, or mask causally, are not tried, so nothing falls back; short
-    rows stay on XLA."""
+def test_auto_with_a_relative_bias_picks_blockwise_without_a_warning(fresh_log, monkeypatch, where):
+    """The kernels that cannot add the bias are not tried, so nothing falls back; short rows stay on XLA."""
     monkeypatch.setattr(_platform, "platform", lambda: where)
-    trace(seq=1024, dtype=jnp.bfloat16, segments=True, **{mask: True})
-    trace(seq=64, dtype=jnp.bfloat16, segments=True, **{mask: True})
+    trace(seq=1024, dtype=jnp.bfloat16, segments=True, relative=True)
+    trace(seq=64, dtype=jnp.bfloat16, segments=True, relative=True)
     messages = [r.getMessage() for r in fresh_log.records]
     assert all(r.levelno == logging.INFO for r in fresh_log.records), messages
-    assert messages[0].endswith(f"segment ids, {described}: using 'blockwise'"), messages
+    assert messages[0].endswith("segment ids, relative position bias: using 'blockwise'"), messages
     assert messages[1].endswith("using 'reference'"), messages
-    flag = {"relative": "relative_bias", "causal": "causal"}[mask]
-    assert {"impl": "blockwise", flag: True}.items() <= _dispatch.ran()[-2].items()
-    assert {"impl": "reference", flag: True}.items() <= _dispatch.ran()[-1].items()
+    assert {"impl": "blockwise", "relative_bias": True}.items() <= _dispatch.ran()[-2].items()
+    assert {"impl": "reference", "relative_bias": True}.items() <= _dispatch.ran()[-1].items()
 
 
-@pytest.mark.parametrize("where, impls", [("gpu", ("pallas", "cudnn")), ("tpu", ("pallas", "tpu_flash", "tpu_splash"))])
-def test_causal_attention_is_refused_by_the_kernels_without_it(monkeypatch, where, impls):
+@pytest.mark.parametrize("where, picked", [("cpu", "blockwise"), ("gpu", "pallas"), ("tpu", "tpu_splash")])
+def test_auto_picks_the_platforms_kernel_for_causal_attention(fresh_log, monkeypatch, where, picked):
+    """Causal attention (a decoder run as an encoder) takes the same kernels as any other: on a GPU, packed
+    rows pass cuDNN by (no segment ids) for pallas, as without the mask."""
     monkeypatch.setattr(_platform, "platform", lambda: where)
-    for impl in impls:
-        with pytest.raises(
-            ValueError,
-            match=f"'{impl}' cannot run here: it has no causal mask within packed segments \\(Qwen3's\\); blockwise "
-            "and reference do. Can run here: reference, blockwise",
-        ):
-            trace(impl, causal=True, segments=True, dtype=jnp.bfloat16)
+    trace(seq=1024, dtype=jnp.bfloat16, segments=True, causal=True)
+    assert fresh_log.records[-1].getMessage().endswith(f"segment ids, causal: using {picked!r}")
+    assert {"impl": picked, "causal": True}.items() <= _dispatch.ran()[-1].items()
 
 
 def test_causal_must_be_a_bool():

@@ -4,7 +4,8 @@ tests/make_family_fixtures.py built each model with transformers' own class and
 recorded its hidden states and sentence-transformers embeddings of texts up to
 the model's window (longer than every sliding window). Here each model directory
 goes through the project's loaders (pipeline.encode.model_dir, pipeline.text.tokenizer) and
-kernels.encoders, unpacked and packed, with the reference and blockwise attention.
+kernels.encoders, unpacked and packed, with the reference and blockwise attention; the causal decoders
+also packed under the pallas kernel.
 """
 
 from __future__ import annotations
@@ -890,3 +891,17 @@ LLAMA31_INV_FREQ = [
     0.0003126936499029398,
     4.411534519022098e-06,
 ]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if model_dir.resolve(str(FAMILY_FIXTURES / n)).arch.causal])
+def test_causal_decoders_packed_under_the_pallas_kernel_are_transformers(name):
+    """The decoders' causal attention (and Mistral's sliding window over it) in this project's flash kernel,
+    Pallas interpret mode here, on packed rows: each sequence's hidden states are transformers'."""
+    m = load(name)
+    ids_BT, segments_BT, positions_BT, where = packed(m.ids, 2 * m.spec.max_seq_length)
+    hidden = np.asarray(
+        encoders.forward(m.params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl="pallas")
+    )
+    for i, (row, start, _) in enumerate(where):
+        n = len(m.ids[i])
+        assert cosine(hidden[row, start : start + n], m.hidden(i)) >= COSINE, (i, n)

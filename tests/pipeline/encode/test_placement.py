@@ -115,18 +115,13 @@ def test_a_mesh_the_model_does_not_split_over_is_refused_from_its_config():
 
 
 def test_qwen3s_causal_attention_and_grouped_kv_heads_are_checked_from_its_config():
-    """Qwen3 attends causally, which reference and blockwise do; its 2 K/V heads are repeated to its 4 query
-    heads as they are read, so a model axis need divide only the 4 (each device holds the copies it uses)."""
+    """Qwen3 attends causally, which every attention implementation does; its 2 K/V heads are repeated to its
+    4 query heads as they are read, so a model axis need divide only the 4 (each device holds the copies it
+    uses)."""
     qwen3 = model_dir.resolve(str(FAMILY_FIXTURES / "qwen3-embedding"))
     tpu = place_encoders("auto", [node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
-    for attention in ("auto", "blockwise", "reference"):
+    for attention in ("auto", "blockwise", "reference", "pallas", "tpu_flash", "tpu_splash"):
         check_encoders(tpu, EncoderConfig(attention=attention, mesh=(("model", 2),)), qwen3)
-    with pytest.raises(
-        ConfigError,
-        match="--attention tpu_splash has no causal mask, which model .*qwen3-embedding .qwen3. attends with; "
-        "these can: auto, reference, blockwise$",
-    ):
-        check_encoders(tpu, EncoderConfig(attention="tpu_splash"), qwen3)
     check_encoders(tpu, EncoderConfig(mesh=(("model", 4),)), qwen3)
 
 
