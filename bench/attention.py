@@ -74,13 +74,16 @@ def measure(impl: str, batch: int, seq: int, heads: int, head_dim: int, dtype, r
 
 # --masks: what each row holds. "one sequence" fills the row (segment ids all 1);
 # "packed N" holds sequences of N tokens back to back; "window W" is one sequence
-# seen through a sliding window of W.
+# seen through a sliding window of W; "causal" masks the keys after each query (a
+# decoder run as an encoder), alone or with packing.
 MASK_CASES = {
-    "one sequence": dict(sequence=None, window=None),
-    "packed 512": dict(sequence=512, window=None),
-    "packed 128": dict(sequence=128, window=None),
-    "window 128": dict(sequence=None, window=128),
-    "window 64": dict(sequence=None, window=64),
+    "one sequence": dict(sequence=None, window=None, causal=False),
+    "packed 512": dict(sequence=512, window=None, causal=False),
+    "packed 128": dict(sequence=128, window=None, causal=False),
+    "window 128": dict(sequence=None, window=128, causal=False),
+    "window 64": dict(sequence=None, window=64, causal=False),
+    "causal": dict(sequence=None, window=None, causal=True),
+    "causal, packed 512": dict(sequence=512, window=None, causal=True),
 }
 
 
@@ -106,7 +109,9 @@ def measure_masks(impl: str, batch: int, seq: int, heads: int, head_dim: int, dt
         sequence = mask["sequence"] or seq
         segments = jnp.broadcast_to(1 + jnp.arange(seq, dtype=jnp.int32) // sequence, (batch, seq))
         fn = jax.jit(
-            lambda q, k, v, s, window=mask["window"]: attention(q, k, v, segment_ids=s, window=window, impl=impl)
+            lambda q, k, v, s, window=mask["window"], causal=mask["causal"]: attention(
+                q, k, v, segment_ids=s, window=window, causal=causal, impl=impl
+            )
         )
         compiled = fn.lower(q, k, v, segments).compile()
         compiled(q, k, v, segments).block_until_ready()
@@ -128,7 +133,10 @@ def main_masks(args, impls, dtype) -> None:
         f"heads {args.heads}, head_dim {head_dim}"
     )
     print(f"# {args.repeats} rounds, cases alternating within each round; x one seq: median of the per-round")
-    print("# ratios to 'one sequence' [min-max]; ideal: sequence/seq when packed, about (block_q + 2 window)/seq")
+    print(
+        "# ratios to 'one sequence' [min-max]; ideal: sequence/seq when packed, about (block_q + 2 window)/seq, "
+        "about (1 + block_q/seq)/2 causal"
+    )
     print()
     print("| impl | seq | case | median ms | x one seq | spread |")
     print("|---|---:|---|---:|---:|---|")
@@ -158,7 +166,7 @@ def main() -> None:
     parser.add_argument(
         "--masks",
         action="store_true",
-        help="time packed rows and windows against one sequence (default seqs 2048,4096,8192, "
+        help="time packed rows, windows and causal masks against one sequence (default seqs 2048,4096,8192, "
         "head_dim 64, impl blockwise, 5 rounds)",
     )
     args = parser.parse_args()
