@@ -35,6 +35,8 @@ _CONTRASTORS_FIXED = {
     "use_rms_norm": False,
     "parallel_block": False,
     "causal": False,
+    # nomic-embed-text-v2-moe's mixture-of-experts MLP in every n-th layer: the dense MLP here has no router.
+    "moe_every_n_layers": 0,
 }
 _CONTRASTORS_ACTIVATIONS = {"swiglu": "silu"}
 

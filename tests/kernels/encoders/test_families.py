@@ -763,6 +763,7 @@ def test_malformed_config_values_are_one_model_error_naming_the_key(tmp_path, na
         ("nomic-contrastors", {"prenorm": True}, "prenorm=True is not implemented"),
         ("nomic-contrastors", {"rotary_emb_fraction": 0.5}, "rotary_emb_fraction"),
         ("nomic-contrastors", {"activation_function": "gelu"}, "activation_function 'gelu'"),
+        ("nomic-contrastors", {"moe_every_n_layers": 2, "num_experts": 8}, "moe_every_n_layers=2 is not implemented"),
         ("gte-new-ntk", {"rope_scaling": {"type": "linear", "factor": 2.0}}, "RoPE scaling 'linear'"),
         ("gte-new-ntk", {"logn_attention_scale": True}, "logn_attention_scale"),
         ("distilbert-dense", {"n_heads": 5}, "distilbert: dim 48 is not divisible by 5 heads"),
