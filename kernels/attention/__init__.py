@@ -6,6 +6,11 @@
     ran()  # what ran in this process: per problem traced, the implementation chosen
     runs_on(impl, platform)  # whether impl can run on a platform ("cpu", "gpu", "tpu")
 
+q is [batch, q_seq, N heads, head_dim], k and v [batch, kv_seq, K heads, head_dim] with K dividing N:
+grouped-query attention (Qwen3's, Llama's, Mistral's, Gemma3's; multi-query with K = 1), query head n
+attending with K/V head n // (N // K), as transformers' `repeat_kv` lays them out; K = N is multi-head
+attention. Every implementation takes K < N.
+
 Implementations (`IMPLS`): reference (plain XLA, the oracle), blockwise (flash
 attention in plain JAX), pallas (our Pallas kernel: Mosaic on TPU, Triton on GPU,
 interpret mode on CPU), tpu_flash and tpu_splash (JAX's TPU kernels), cudnn

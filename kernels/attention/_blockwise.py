@@ -15,6 +15,12 @@ lengths, a window layer T * window. Forward only: nothing saved per step.
 
 A relative position bias is gathered per tile from its distances, never as the
 whole [T, S] matrix.
+
+Grouped-query attention (K key/value heads, G = N / K query heads each): a query
+tile folds each K/V head's G query heads into its rows, [K, G * block_q, H]
+against the key tile [K, block_k, H], so k and v are never repeated and each key
+tile feeds one matmul G times as tall; row g * block_q + t is query t of head
+n = k * G + g. With K = N (G = 1) that is the multi-head tile [N, block_q, H].
 """
 
 import dataclasses
@@ -50,8 +56,11 @@ def blockwise_attention(
     causal: bool = False,
     blocks: BlockwiseBlocks = BlockwiseBlocks(),
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype."""
+    """q 'BTNH', k and v 'BSKH' (K dividing N), kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's
+    dtype."""
     batch, q_seq, heads, head_dim = q.shape
+    kv_heads = k.shape[2]
+    groups = heads // kv_heads
     block_q, block_k = min(blocks.block_q, q_seq), min(blocks.block_k, k.shape[1])
     # Whole blocks only: padded queries are sliced off at the end, padded keys lie
     # beyond every kv_length and are masked.
@@ -71,7 +80,7 @@ def blockwise_attention(
     # bfloat16 blocks as their bits: as bfloat16, XLA:CPU transposed them into float32 blocks and
     # converted each back in the loop, 11% of the bfloat16 encoder on a Xeon (kernels.bfloat16_bits).
     def split(x, block):  # 'BTNH' -> [B, T / block, N, block, H]
-        return as_bits(x).reshape(batch, -1, block, heads, head_dim).transpose(0, 1, 3, 2, 4)
+        return as_bits(x).reshape(batch, -1, block, x.shape[2], head_dim).transpose(0, 1, 3, 2, 4)
 
     k_blocks, v_blocks = split(k, block_k), split(v, block_k)
     if segment_ids is not None:
@@ -79,27 +88,33 @@ def blockwise_attention(
         k_segments = pad_seq(segment_ids, block_k).reshape(batch, -1, 1, block_k)
     by_distance_ND = None if bias is None else bias_by_distance(bias)  # once, not per tile
 
-    def attend(item):  # one batch row's block of queries [N, block_q, H] against its key blocks
+    def attend(item):  # one batch row's block of queries [K, G * block_q, H] against its key blocks
         row, i, q_block, (first, end) = item
         q_block = from_bits(q_block)
         q_positions = i * block_q + jnp.arange(block_q)[:, None]
-        q_segment = None if segment_ids is None else q_segments[row, i]
+        # The mask's query rows: a block's positions and segment ids once per query head of a group.
+        q_rows = jnp.tile(q_positions, (groups, 1))
+        q_segment = None if segment_ids is None else jnp.tile(q_segments[row, i], (groups, 1))
 
         def fold(j, state):
             k_positions = j * block_k + jnp.arange(block_k)
             k_segment = None if segment_ids is None else k_segments[row, j]
-            valid = visible(q_positions, k_positions, kv_lengths[row], q_segment, k_segment, window, causal)
+            valid = visible(q_rows, k_positions, kv_lengths[row], q_segment, k_segment, window, causal)
             k_block, v_block = from_bits(k_blocks[row, j]), from_bits(v_blocks[row, j])
-            tile_bias = None if bias is None else relative_bias(by_distance_ND, q_positions, k_positions)
+            tile_bias = None
+            if bias is not None:  # [N, block_q, block_k] as the rows of the query tile: [K, G * block_q, block_k]
+                tile_bias = relative_bias(by_distance_ND, q_positions, k_positions).reshape(kv_heads, -1, block_k)
             return _online_softmax.step(state, q_block, k_block, v_block, valid, scale, bias=tile_bias, truncate=True)
 
         state = jax.lax.fori_loop(first, end, fold, _online_softmax.init(q_block))
         return _online_softmax.finish(state)
 
     rows, indices = (x.reshape(-1) for x in jnp.meshgrid(jnp.arange(batch), jnp.arange(q_blocks), indexing="ij"))
-    items = (rows, indices, split(q, block_q).reshape(-1, heads, block_q, head_dim), ranges.reshape(-1, 2))
+    # A query block [N, block_q, H] is [K, G * block_q, H] as it lies: the G heads of a group are adjacent.
+    q_items = split(q, block_q).reshape(-1, kv_heads, groups * block_q, head_dim)
+    items = (rows, indices, q_items, ranges.reshape(-1, 2))
     # float32 until the map is done: XLA:CPU writes each block into a bfloat16 result by converting the
     # whole stacked buffer to float32 and back, once per block (3.8% of the bfloat16 encoder on a Xeon).
-    out = jax.lax.map(attend, items)  # [B * T / block_q, N, block_q, H] float32
+    out = jax.lax.map(attend, items)  # [B * T / block_q, K, G * block_q, H] float32
     out = out.reshape(batch, q_blocks, heads, block_q, head_dim).transpose(0, 1, 3, 2, 4)
     return out.reshape(batch, -1, heads, head_dim)[:, :q_seq].astype(q.dtype)

@@ -221,8 +221,13 @@ def _check_args(
             f"attention wants q, k, v shaped [batch, seq, heads, head_dim] with k and v alike; "
             f"got q {q.shape}, k {k.shape}, v {v.shape}"
         )
-    if (q.shape[0], q.shape[2], q.shape[3]) != (k.shape[0], k.shape[2], k.shape[3]):
-        raise ValueError(f"q {q.shape} and k {k.shape} differ in batch, heads or head_dim")
+    if (q.shape[0], q.shape[3]) != (k.shape[0], k.shape[3]):
+        raise ValueError(f"q {q.shape} and k {k.shape} differ in batch or head_dim")
+    if not 0 < k.shape[2] <= q.shape[2] or q.shape[2] % k.shape[2]:
+        raise ValueError(
+            f"k and v must have a number of heads that divides q's (grouped-query attention); "
+            f"got {q.shape[2]} query heads and {k.shape[2]} key/value heads"
+        )
     if not (q.dtype == k.dtype == v.dtype) or not jnp.issubdtype(q.dtype, jnp.floating):
         raise ValueError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
     if kv_lengths is not None and (
@@ -267,12 +272,18 @@ def attention(
     impl: str = "auto",
     scale: float | None = None,
 ) -> jax.Array:
-    """Softmax attention, 'BTNH,BSNH,BSNH->BTNH', in q's dtype.
+    """Softmax attention, 'BTNH,BSKH,BSKH->BTNH', in q's dtype.
 
-    q is [batch, q_seq, heads, head_dim]; k and v are [batch, kv_seq, heads,
-    head_dim]. kv_lengths [batch] marks padding: keys at positions >= length get
-    no weight, and a row with length 0 comes out as zeros. scale defaults to
-    1/sqrt(head_dim).
+    q is [batch, q_seq, N heads, head_dim]; k and v are [batch, kv_seq, K heads,
+    head_dim] with K dividing N. K = N is multi-head attention; K < N grouped-query
+    attention (multi-query with K = 1): query head n attends with key/value head
+    n // (N // K), each K/V head serving a contiguous group of N // K query heads
+    (transformers' `repeat_kv` order, jax.nn.dot_product_attention's). No
+    implementation repeats k and v for that but JAX's TPU kernels, which take one
+    head count. The output has q's heads.
+
+    kv_lengths [batch] marks padding: keys at positions >= length get no weight,
+    and a row with length 0 comes out as zeros. scale defaults to 1/sqrt(head_dim).
 
     segment_ids [batch, seq] (self-attention only) packs several sequences into
     a row: query t sees key s only if their ids are equal (any ints; packed rows
@@ -281,7 +292,7 @@ def attention(
     |t - s| <= window. All restrictions combine; a query that sees no key comes
     out as zeros.
 
-    relative_bias (`RelativeBias`: a table [heads, num_buckets] and its `RelativeBuckets`) adds
+    relative_bias (`RelativeBias`: a table [N, num_buckets], per query head, and its `RelativeBuckets`) adds
     table[n, bucket(s - t)] to the scaled score of query t and key s, in row positions (MPNet's T5-style
     bias); only reference and blockwise take it.
 

@@ -16,6 +16,10 @@
   neither segment ids nor a two-sided window (cuDNN's window is causal, left
   only): the dispatch refuses both for it.
 
+Grouped-query attention: both TPU kernels take one head count for q, k and v, so
+their wrappers repeat k and v to q's heads (`_repeat_kv`); cuDNN's takes K < N
+key/value heads dividing N natively, in the same order, and gets them as they are.
+
 Every causal mask here starts at the top left: query t sees key s <= t whatever
 the lengths, as `attention` defines it.
 
@@ -44,6 +48,15 @@ def _splash_block(padded_seq: int) -> int:
     return next(b for b in (512, 256, TPU_MIN_BLOCK) if padded_seq % b == 0)
 
 
+def _repeat_kv(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """k and v 'BSKH' repeated to q's N heads, head n from K/V head n // (N / K)."""
+    # JAX's TPU kernels take one head count for q, k and v: no grouped-query attention without the copy.
+    groups = q.shape[2] // k.shape[2]
+    if groups == 1:
+        return k, v
+    return jnp.repeat(k, groups, axis=2), jnp.repeat(v, groups, axis=2)
+
+
 def _zero_where_no_key(out, kv_lengths, segment_ids, window, causal):
     """'BTNH' out with the queries that see no key set to zeros."""
     return jnp.where(sees_a_key(kv_lengths, segment_ids, window, causal, out.shape[1])[:, :, None, None], out, 0)
@@ -60,8 +73,9 @@ def tpu_flash_attention(
     window: None,
     causal: bool = False,
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
+    """q 'BTNH', k and v 'BSKH' (K dividing N), kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
     q_seq = q.shape[1]
+    k, v = _repeat_kv(q, k, v)
     q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (q, k, v))
     q_ids, kv_ids = canonical_segment_ids(kv_lengths, segment_ids, q_bnth.shape[2], k_bnsh.shape[2])
     # Its default tiles are 128, which is why sequences are padded to 128.
@@ -99,8 +113,9 @@ def tpu_splash_attention(
     window: int | None,
     causal: bool = False,
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
+    """q 'BTNH', k and v 'BSKH' (K dividing N), kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
     q_seq = q.shape[1]
+    k, v = _repeat_kv(q, k, v)
     scaled_q = (q.astype(jnp.float32) * scale).astype(q.dtype)
     q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (scaled_q, k, v))
     kernel = _splash_kernel(q_bnth.shape[1], q_bnth.shape[2], k_bnsh.shape[2], window, causal)
@@ -129,7 +144,7 @@ def cudnn_attention(
     window: None,
     causal: bool = False,
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B] -> 'BTNH'."""
+    """q 'BTNH', k and v 'BSKH' (K dividing N: grouped-query attention natively), kv_lengths [B] -> 'BTNH'."""
     # At least one key: what cuDNN does with none is unspecified; zeroed below.
     lengths = jnp.maximum(kv_lengths, 1)
     out = jax.nn.dot_product_attention(

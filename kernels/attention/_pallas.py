@@ -11,6 +11,9 @@ those tiles padding, segments, window and causality are masked. The same
 kernel lowers to Mosaic on TPU and Triton on GPU, and runs on CPU in Pallas
 interpret mode: an emulator meant for tests, whose fixed cost per grid step hides
 most of what skipping saves there (bench/attention.py --masks).
+
+Grouped-query attention (K key/value heads for N query heads): the program of query
+head n reads key/value head n // (N / K); k and v are never repeated.
 """
 
 import dataclasses
@@ -93,7 +96,8 @@ def pallas_attention(
     blocks: PallasBlocks | None = None,
     platform: str | None = None,
 ) -> jax.Array:
-    """q 'BTNH', k and v 'BSNH', kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in q's dtype.
+    """q 'BTNH', k and v 'BSKH' (K dividing N), kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in
+    q's dtype.
 
     `platform` defaults to the one being traced for; pass it to lower for another
     (e.g. to check the Mosaic or Triton lowering on a CPU host). `blocks` defaults
@@ -127,7 +131,11 @@ def pallas_attention(
     # blocks SMEM only along its last two dims).
     smem = dict(memory_space=pltpu.SMEM) if platform == "tpu" else {}
     q_tile = pl.BlockSpec((None, None, block_q, head_dim), lambda b, n, i: (b, n, i, 0))
-    kv_whole = pl.BlockSpec((None, None, kv_seq, head_dim), lambda b, n, i: (b, n, 0, 0))
+    # Query head n reads key/value head n // G: lax.div, C's division, is that for n >= 0 without Python's
+    # floor corrections (which Mosaic cannot lower off a TPU); K == N reads head n itself.
+    groups = heads // k.shape[2]
+    kv_head = (lambda n: n) if groups == 1 else (lambda n: jax.lax.div(n, groups))
+    kv_whole = pl.BlockSpec((None, None, kv_seq, head_dim), lambda b, n, i: (b, kv_head(n), 0, 0))
     in_specs = [pl.BlockSpec(**smem), q_tile, kv_whole, kv_whole]
     operands = [scalars, q_bnth, k_bnsh, v_bnsh]
     if segment_ids is not None:

@@ -54,9 +54,12 @@ def attention_float64(
     Query t of row b sees key s iff s < kv_lengths[b], segment_ids[b, t] ==
     segment_ids[b, s] (if given), |t - s| <= window (if given) and s <= t (if
     causal); a query that sees nothing gets zeros. `bias`: a table [N, 32] added
-    to the scaled scores at transformers' bucket of s - t.
+    to the scaled scores at transformers' bucket of s - t. k and v may have K
+    heads dividing q's N (grouped-query attention): repeated here to N heads,
+    query head n taking K/V head n // (N / K), as transformers' `repeat_kv` does.
     """
     q, k, v = (np.asarray(jnp.asarray(x, jnp.float32), np.float64) for x in (q, k, v))
+    k, v = (np.repeat(x, q.shape[2] // x.shape[2], axis=2) for x in (k, v))
     out = np.zeros(q.shape, np.float64)
     t, s = np.arange(q.shape[1])[:, None], np.arange(k.shape[1])[None, :]
     for b, length in enumerate(np.asarray(kv_lengths)):
@@ -80,15 +83,16 @@ def attention_float64(
     return out
 
 
-def make_inputs(rng, batch, q_seq, kv_seq, heads, head_dim, dtype, logit_scale=1.0, lengths=()):
+def make_inputs(rng, batch, q_seq, kv_seq, heads, head_dim, dtype, logit_scale=1.0, lengths=(), kv_heads=None):
     """Random q, k, v and kv_lengths: the given `lengths` first, then 0, 1,
-    something in between and full, then random ones, shuffled.
+    something in between and full, then random ones, shuffled. k and v have
+    `kv_heads` heads (default: `heads`).
 
     Padded keys and values are filled with large garbage: masking must ignore
     them, not rely on them being zero.
     """
     q = rng.standard_normal((batch, q_seq, heads, head_dim)) * logit_scale
-    k, v = (rng.standard_normal((batch, kv_seq, heads, head_dim)) for _ in range(2))
+    k, v = (rng.standard_normal((batch, kv_seq, kv_heads or heads, head_dim)) for _ in range(2))
     lengths = [*lengths, 0, 1, rng.integers(2, kv_seq), kv_seq, *rng.integers(0, kv_seq + 1, batch)][:batch]
     lengths = rng.permutation(lengths).astype(np.int32)
     padding = np.arange(kv_seq)[None, :, None, None] >= lengths[:, None, None, None]
@@ -201,8 +205,8 @@ def packed_segment_ids(rng, seq: int) -> np.ndarray:
     return np.stack(rows).astype(np.int32)
 
 
-def packed_inputs(rng, seq, dtype, head_dim=32):
-    q, k, v, lengths = make_inputs(rng, 4, seq, seq, 2, head_dim, dtype, lengths=(seq,) * 4)
+def packed_inputs(rng, seq, dtype, head_dim=32, heads=2, kv_heads=None):
+    q, k, v, lengths = make_inputs(rng, 4, seq, seq, heads, head_dim, dtype, lengths=(seq,) * 4, kv_heads=kv_heads)
     return q, k, v, lengths, jnp.asarray(packed_segment_ids(rng, seq))
 
 
@@ -233,15 +237,25 @@ def test_segments_and_window_match_float64(seeded_rng, impl, emulated, dtype, wi
     check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window)
 
 
-def sequences_in_a_row(rng, seq=160, sizes=(1, 37, 2, 64, 5)):
+def sequences_in_a_row(rng, seq=160, sizes=(1, 37, 2, 64, 5), heads=2, kv_heads=None):
     """One row of `seq` tokens packing sequences of `sizes`, numbered 1, 2, ... with a padding tail, as the
     pipeline packs: q, k, v, segment ids [1, seq] and each sequence's (start, end)."""
-    q, k, v, _ = make_inputs(rng, 1, seq, seq, 2, 32, jnp.float32, lengths=(seq,))
+    q, k, v, _ = make_inputs(rng, 1, seq, seq, heads, 32, jnp.float32, lengths=(seq,), kv_heads=kv_heads)
     segments = np.zeros((1, seq), np.int32)
     starts = np.cumsum([0, *sizes])
     for i, (start, end) in enumerate(zip(starts, starts[1:])):
         segments[0, start:end] = i + 1
     return q, k, v, segments, list(zip(starts, starts[1:]))
+
+
+def assert_each_sequence_alone(out, q, k, v, spans, what, **masks):
+    """Each sequence's slice of a packed row's output `out` against that sequence alone in float64, with
+    `attention_float64`'s `masks` (window, bias, causal)."""
+    for start, end in spans:
+        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, **masks)
+        np.testing.assert_allclose(
+            np.asarray(out[:, start:end]), alone, err_msg=f"{what} [{start}, {end})", **TOLERANCES[jnp.float32]
+        )
 
 
 @pytest.mark.parametrize(
@@ -256,11 +270,7 @@ def test_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated, windo
     q, k, v, segments, spans = sequences_in_a_row(seeded_rng)
     seq = q.shape[1]
     out = run_or_skip(impl, emulated, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), window=window)
-    for start, end in spans:
-        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, window=window)
-        np.testing.assert_allclose(
-            np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
-        )
+    assert_each_sequence_alone(out, q, k, v, spans, impl, window=window)
 
 
 @pytest.mark.parametrize("impl, emulated", _cases())
@@ -372,9 +382,7 @@ def test_relative_bias_in_a_packed_row_equals_each_sequence_alone(seeded_rng):
         segment_ids=jnp.asarray(segments),
         relative_bias=with_bias(table),
     )
-    for start, end in spans:
-        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, bias=table)
-        np.testing.assert_allclose(np.asarray(out[:, start:end]), alone, **TOLERANCES[jnp.float32])
+    assert_each_sequence_alone(out, q, k, v, spans, "blockwise", bias=table)
 
 
 # --- causal attention (Qwen3's: a decoder run as an encoder) -------------------------------------------
@@ -441,14 +449,71 @@ def test_causal_kernels_never_visit_a_tile_above_the_diagonal():
     np.testing.assert_array_equal(ranges[:, 1], last_query // block_k + 1)
 
 
-@pytest.mark.parametrize("impl, emulated", _cases())
-def test_causal_in_a_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated):
-    """Causal within each segment, as the pipeline packs rows: a sequence's slice is that sequence alone."""
-    q, k, v, segments, spans = sequences_in_a_row(seeded_rng)
+@pytest.mark.parametrize(
+    "impl, emulated, heads",
+    [pytest.param(*c.values, (2, 2), id=c.id) for c in _cases()]
+    + [pytest.param(*c.values, (6, 2), id=f"{c.id}-gqa6x2") for c in _cases() if not c.values[1]],
+)
+def test_causal_in_a_packed_row_equals_each_sequence_alone(seeded_rng, impl, emulated, heads):
+    """Causal within each segment, as the pipeline packs rows: a sequence's slice is that sequence alone; with
+    2 K/V heads for 2 query heads and for 6 (grouped-query attention, as decoders), the latter natively only:
+    emulated, groups are checked in test_grouped_query_heads_causal_with_segments_and_padding."""
+    q, k, v, segments, spans = sequences_in_a_row(seeded_rng, heads=heads[0], kv_heads=heads[1])
     seq = q.shape[1]
     out = run_or_skip(impl, emulated, q, k, v, jnp.asarray([seq]), segment_ids=jnp.asarray(segments), causal=True)
-    for start, end in spans:
-        alone = attention_float64(*(x[:, start:end] for x in (q, k, v)), [end - start], 32**-0.5, causal=True)
-        np.testing.assert_allclose(
-            np.asarray(out[:, start:end]), alone, err_msg=f"{impl} [{start}, {end})", **TOLERANCES[jnp.float32]
+    assert_each_sequence_alone(out, q, k, v, spans, f"{impl} {heads} heads", causal=True)
+
+
+# --- grouped-query attention (Qwen3's, Llama's, Mistral's, Gemma3's): fewer K/V heads than query heads -------
+
+# (query heads N, K/V heads K): groups of 3, and one K/V head for all (multi-query).
+GROUPS = {"gqa6x2": (6, 2), "mqa4x1": (4, 1)}
+
+
+@pytest.mark.parametrize("impl, emulated", _cases())
+@pytest.mark.parametrize(
+    "heads, dtype, window",
+    [
+        pytest.param(GROUPS["gqa6x2"], jnp.float32, None, id="gqa6x2-f32"),
+        pytest.param(GROUPS["mqa4x1"], jnp.bfloat16, 5, id="mqa4x1-bf16-window5"),
+    ],
+)
+def test_grouped_query_heads_causal_with_segments_and_padding(seeded_rng, impl, emulated, heads, dtype, window):
+    """Query head n attends with K/V head n // (N / K): packed rows (one with scattered ids), rows cut short by
+    kv_lengths, causal as decoders attend, 200 tokens (no kernel's whole number of blocks)."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, dtype, heads=heads[0], kv_heads=heads[1])
+    lengths = jnp.asarray([200, 200, 150, 61], jnp.int32)
+    out = run_or_skip(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window, causal=True)
+    what = f"{impl} {heads} heads causal window {window} {dtype.__name__}"
+    check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window, causal=True)
+
+
+@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+def test_grouped_query_heads_with_a_relative_bias(seeded_rng, impl):
+    """The bias table stays per query head: each of a group's heads adds its own row, over its shared keys."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32, heads=6, kv_heads=2)
+    table = bias_table(seeded_rng, heads=6)
+    out = run(impl, False, q, k, v, lengths, segment_ids=segments, window=40, relative_bias=with_bias(table))
+    what = f"{impl} grouped relative bias"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=40, bias=table)
+
+
+@pytest.mark.parametrize("heads", list(GROUPS.values()), ids=list(GROUPS))
+@pytest.mark.parametrize("kernel", ["blockwise", "pallas"])
+def test_grouped_query_heads_over_many_small_blocks(seeded_rng, kernel, heads):
+    """A group's query heads folded into the rows of a query tile (blockwise) or reading their K/V head
+    (pallas), across many tiles: skipped ones, sequences across block edges, a window; blockwise with a
+    relative bias, gathered per query head and tile."""
+    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32, heads=heads[0], kv_heads=heads[1])
+    masks = dict(scale=32**-0.5, window=7, causal=True)
+    table = None
+    if kernel == "blockwise":
+        table = bias_table(seeded_rng, heads=heads[0])
+        fn = lambda *a: blockwise_attention(  # noqa: E731
+            *a, **masks, bias=with_bias(table), blocks=BlockwiseBlocks(block_q=16, block_k=32)
         )
+    else:
+        fn = lambda *a: pallas_attention(*a, **masks, blocks=PallasBlocks(block_q=16, block_k=32))  # noqa: E731
+    out = jax.jit(fn)(q, k, v, lengths, segments)
+    what = f"{kernel} {heads} heads small blocks"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=7, bias=table, causal=True)

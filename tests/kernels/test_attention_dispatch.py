@@ -34,6 +34,11 @@ def spec(batch=2, seq=64, heads=2, head_dim=32, dtype=jnp.float32):
     return jax.ShapeDtypeStruct((batch, seq, heads, head_dim), dtype)
 
 
+def kv_spec(q: jax.ShapeDtypeStruct, kv_heads: int | None) -> jax.ShapeDtypeStruct:
+    """k's and v's shape for q: `kv_heads` heads (grouped-query attention), or q's."""
+    return q if kv_heads is None else jax.ShapeDtypeStruct((*q.shape[:2], kv_heads, q.shape[3]), q.dtype)
+
+
 def trace(impl="auto", segments=False, window=None, relative=False, causal=False, **shape):
     """Traces attention without running it: enough to make every dispatch decision. `relative`: with a
     relative position bias of 32 buckets."""
@@ -158,8 +163,10 @@ def test_auto_skips_cudnn_for_segments_and_window(fresh_log, pretend_gpu):
 @pytest.mark.parametrize(
     "bad, message",
     [
-        (dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)), "differ in batch, heads or head_dim"),
-        (dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)), "differ in batch, heads or head_dim"),
+        (dict(q=(2, 8, 2, 16), k=(2, 8, 2, 32)), "differ in batch or head_dim"),
+        (dict(q=(2, 8, 2, 16), k=(3, 8, 2, 16)), "differ in batch or head_dim"),
+        (dict(q=(2, 8, 6, 16), k=(2, 8, 4, 16)), "heads that divides q's .*got 6 query heads and 4 key/value heads"),
+        (dict(q=(2, 8, 2, 16), k=(2, 8, 4, 16)), "heads that divides q's .*got 2 query heads and 4 key/value heads"),
         (dict(q=(2, 8, 16), k=(2, 8, 16)), "shaped \\[batch, seq, heads, head_dim\\]"),
         (dict(kv_lengths=jnp.zeros(3, jnp.int32)), "kv_lengths must be integers shaped \\[batch\\]"),
         (dict(segment_ids=jnp.zeros((2, 9), jnp.int32)), "segment_ids must be integers shaped \\[batch, seq\\]"),
@@ -179,30 +186,46 @@ def test_rejects_malformed_inputs(bad, message):
         attention(q, k, k, **bad)
 
 
-@pytest.mark.parametrize("masks", [{}, dict(segments=True, window=64)], ids=["lengths", "segments-window"])
+# Masks per case; "grouped": 4 query heads on 1 K/V head (multi-query), causal, as a decoder attends.
+LOWERING_MASKS = {
+    "lengths": {},
+    "segments-window": dict(segments=True, window=64),
+    "grouped-causal": dict(segments=True, kv_heads=1, causal=True),
+}
+
+
+@pytest.mark.parametrize("masks", list(LOWERING_MASKS.values()), ids=list(LOWERING_MASKS))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("platform", ["tpu", "gpu"])
 def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype, masks):
     """Mosaic (TPU) and Triton (GPU) lowering run in Python, so a CPU host can check
     them; only the final device compilation needs the chip."""
-    q, lengths = spec(seq=200, head_dim=64, dtype=dtype), jax.ShapeDtypeStruct((2,), jnp.int32)
+    q = spec(seq=200, heads=4 if "kv_heads" in masks else 2, head_dim=64, dtype=dtype)
+    kv, lengths = kv_spec(q, masks.get("kv_heads")), jax.ShapeDtypeStruct((2,), jnp.int32)
     segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
-    window = masks.get("window")
-    fn = jax.jit(lambda q, k, v, l, s: pallas_attention(q, k, v, l, s, scale=0.125, window=window, platform=platform))
-    lowered = fn.trace(q, q, q, lengths, segments).lower(lowering_platforms=({"gpu": "cuda"}.get(platform, platform),))
+    window, causal = masks.get("window"), masks.get("causal", False)
+    fn = jax.jit(
+        lambda q, k, v, l, s: pallas_attention(
+            q, k, v, l, s, scale=0.125, window=window, causal=causal, platform=platform
+        )
+    )
+    lowered = fn.trace(q, kv, kv, lengths, segments).lower(
+        lowering_platforms=({"gpu": "cuda"}.get(platform, platform),)
+    )
     assert ("tpu_custom_call" if platform == "tpu" else "triton") in lowered.as_text()
 
 
-@pytest.mark.parametrize("masks", [{}, dict(segments=True, window=64)], ids=["lengths", "segments-window"])
+@pytest.mark.parametrize("masks", list(LOWERING_MASKS.values()), ids=list(LOWERING_MASKS))
 @pytest.mark.parametrize("kernel", [tpu_flash_attention, tpu_splash_attention], ids=["tpu_flash", "tpu_splash"])
 def test_jax_tpu_kernels_lower_for_tpu(kernel, masks):
     if kernel is tpu_flash_attention and "window" in masks:
         masks = dict(segments=True)  # it has no window (see its limits)
-    q, lengths = spec(seq=200, head_dim=64, dtype=jnp.bfloat16), jax.ShapeDtypeStruct((2,), jnp.int32)
+    q = spec(seq=200, heads=4 if "kv_heads" in masks else 2, head_dim=64, dtype=jnp.bfloat16)
+    kv, lengths = kv_spec(q, masks.get("kv_heads")), jax.ShapeDtypeStruct((2,), jnp.int32)
     segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
-    window = masks.get("window")
-    fn = jax.jit(lambda q, k, v, l, s: kernel(q, k, v, l, s, scale=0.125, window=window))
-    assert "tpu_custom_call" in fn.trace(q, q, q, lengths, segments).lower(lowering_platforms=("tpu",)).as_text()
+    window, causal = masks.get("window"), masks.get("causal", False)
+    fn = jax.jit(lambda q, k, v, l, s: kernel(q, k, v, l, s, scale=0.125, window=window, causal=causal))
+    assert "tpu_custom_call" in fn.trace(q, kv, kv, lengths, segments).lower(lowering_platforms=("tpu",)).as_text()
 
 
 SHARD_MAP_SCRIPT = textwrap.dedent(
