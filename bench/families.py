@@ -110,7 +110,7 @@ CONFIGS = {
         "relative_attention_max_distance": 128,
         "n_positions": 512,
     },
-    # Causal, grouped-query attention (8 K/V heads for 16 query heads, 128 wide): reference or blockwise only.
+    # Causal, grouped-query attention (8 K/V heads for 16 query heads, 128 wide).
     "qwen3 (Qwen3-Embedding-0.6B)": {
         "model_type": "qwen3",
         "architectures": ["Qwen3ForCausalLM"],

@@ -26,7 +26,8 @@ class ShardingRules:
                 raise ValueError(f"sharding rule {logical}={axis!r}: mesh axes are {MESH_AXES}")
 
     def _table(self) -> dict[str, str | None]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # Grouped-query attention's K/V heads go with the query heads that use them: not a rule of their own.
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {"kv_heads": self.heads}
 
     def mesh_axis(self, logical: str) -> str | None:
         return self._table().get(logical)

@@ -2,14 +2,15 @@
 
 Shape letters used in names and docstrings:
   B batch, T tokens (sequence), D hidden, N heads, H head_dim, F MLP hidden,
-  L layers, V vocabulary, P positions, K rotary frequencies (H / 2), S sequences packed in a row,
-  X the query, key and value projections (3, in that order),
+  L layers, V vocabulary, P positions, W rotary frequencies (H / 2), S sequences packed in a row,
+  K K/V heads (N, or fewer under grouped-query attention, each serving G = N / K query heads),
+  X what a K/V head's projection makes: its G query heads, then its key and its value (3 without groups),
   I, O a projection's input and output features after pooling (sentence-transformers' Dense).
 
 Every family maps its checkpoint onto the same pytree:
 
   embed:  word_VD, [position_PD], [token_type_D], [ln_scale_D], [ln_bias_D], [relative_bias_NR]
-  layers: qkv_LDXNH [qkv_bias_LXNH]   out_LNHD [out_bias_LD]
+  layers: qkv_LDXKH [qkv_bias_LXKH]   out_LNHD [out_bias_LD]
           ln1_scale_LD [ln1_bias_LD]   up_LDF [up_bias_LF] [gate_LDF [gate_bias_LF]]
           down_LFD [down_bias_LD]      ln2_scale_LD [ln2_bias_LD]
           [ln_q_scale_LH ln_k_scale_LH]  (Qwen3's and Gemma3's RMSNorm of each head's q and k)
@@ -69,7 +70,10 @@ AXES = {
     "V": "vocab",
     "P": "positions",
     "S": "slots",  # the sequences packed into a row, pooled one per slot
-    "X": "qkv",  # query, key and value: never split, so that each device holds all three of its heads
+    "K": "kv_heads",  # K/V heads, split with the query heads that use them (grouped-query attention)
+    # A K/V head's query heads, then its key and its value (q, k, v without groups): never split, so that
+    # each device holds all of its heads' projections.
+    "X": "qkv",
     # A projection's input and output features after pooling (`_pooling.project`): never split, every device
     # projects its own rows' sequences.
     "I": "projection_in",
@@ -98,7 +102,7 @@ def param_axes(params: Params) -> Any:
 
 
 # The projections' weights: what `kernels.dense` multiplies by.
-MATMUL_WEIGHTS = frozenset(("qkv_LDXNH", "out_LNHD", "up_LDF", "gate_LDF", "down_LFD"))
+MATMUL_WEIGHTS = frozenset(("qkv_LDXKH", "out_LNHD", "up_LDF", "gate_LDF", "down_LFD"))
 
 
 def cast_params(params: Params, dtype: jnp.dtype, activations: jnp.dtype | None = None) -> Params:
@@ -133,18 +137,18 @@ def _plus(x, bias):
     return x if bias is None else x + bias
 
 
-def rope_tables(positions_BT, inv_freq_K):
+def rope_tables(positions_BT, inv_freq_W):
     """cos, sin [B, T, K] float32 of each token's position (within its own sequence)."""
-    angles_BTK = positions_BT.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq_K)
-    return jnp.cos(angles_BTK), jnp.sin(angles_BTK)
+    angles_BTW = positions_BT.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq_W)
+    return jnp.cos(angles_BTW), jnp.sin(angles_BTW)
 
 
-def apply_rope(x_BTNH, cos_BTK, sin_BTK):
+def apply_rope(x_BTNH, cos_BTW, sin_BTW):
     """Rotates pairs (i, i + K) of each head by its token's angles, in float32."""
     x = x_BTNH.astype(jnp.float32)
     K = x.shape[-1] // 2
     x1, x2 = x[..., :K], x[..., K:]
-    cos, sin = cos_BTK[:, :, None, :], sin_BTK[:, :, None, :]
+    cos, sin = cos_BTW[:, :, None, :], sin_BTW[:, :, None, :]
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x_BTNH.dtype)
 
 
@@ -196,25 +200,28 @@ def self_attention(
     # One matmul for the three: a third of the calls, each three times as wide. The weights are stored
     # joined: joining them per layer cost 4.7% of the bfloat16 encoder on a Xeon, as XLA:CPU
     # concatenates bfloat16 by way of float32.
-    w_DXNH = layer["qkv_LDXNH"]
+    w_DXKH = layer["qkv_LDXKH"]
     # Unless RoPE comes first, q, k and v leave the projection in the matmul dtype where that is narrower
     # (a CPU's bfloat16): oneDNN rounds them as it writes them, where XLA:CPU's converts took passes of
     # their own (8% of the bfloat16 encoder on a Xeon). Unstacked as bits (kernels.bfloat16_bits).
-    narrow = not rotary and w_DXNH.dtype.itemsize < x_BTD.dtype.itemsize
-    qkv_BTXNH = dense(
-        x_BTD, w_DXNH, layer.get("qkv_bias_LXNH"), out_dtype=w_DXNH.dtype if narrow else None, impl=dense_impl
+    narrow = not rotary and w_DXKH.dtype.itemsize < x_BTD.dtype.itemsize
+    qkv_BTXKH = as_bits(
+        dense(x_BTD, w_DXKH, layer.get("qkv_bias_LXKH"), out_dtype=w_DXKH.dtype if narrow else None, impl=dense_impl)
     )
-    q, k, v = (from_bits(t) for t in jnp.unstack(as_bits(qkv_BTXNH), axis=2))
+    *q_groups, k, v = jnp.unstack(qkv_BTXKH, axis=2)
+    # Query head k*G + g is row g of K/V head k: heads in transformers' order, which attention takes.
+    q = q_groups[0] if len(q_groups) == 1 else jnp.stack(q_groups, axis=3).reshape(*k.shape[:2], -1, k.shape[3])
+    q, k, v = from_bits(q), from_bits(k), from_bits(v)
     if "ln_q_scale_LH" in layer:
         q, k = norm(q, layer["ln_q_scale_LH"], None), norm(k, layer["ln_k_scale_LH"], None)
-    ctx_BTNH = attend(q, k, v, w_DXNH.dtype, kind_index)
+    ctx_BTNH = attend(q, k, v, w_DXKH.dtype, kind_index)
     out_BTD = sum_shards(
         dense(ctx_BTNH, layer["out_LNHD"], contract=2, out_dtype=x_BTD.dtype, impl=dense_impl), "heads", rules
     )
     return _plus(out_BTD, layer.get("out_bias_LD"))
 
 
-def attention_operands(q_BTNH, k_BTNH, v_BTNH, matmul_dtype, tokens_BT):
+def attention_operands(q_BTNH, k_BTKH, v_BTKH, matmul_dtype, tokens_BT):
     """q, k, v rounded to `matmul_dtype` for attention's dots where it is narrower than theirs (bfloat16
     weights under float32 activations, as a CPU runs bfloat16, after RoPE; `self_attention` projects
     them straight to it otherwise); unchanged otherwise.
@@ -228,12 +235,12 @@ def attention_operands(q_BTNH, k_BTNH, v_BTNH, matmul_dtype, tokens_BT):
     keys share an offset. The sequence axis is never sharded, so the mean is the whole row's under
     `shard_map` too."""
     if jnp.dtype(matmul_dtype).itemsize >= q_BTNH.dtype.itemsize:
-        return q_BTNH, k_BTNH, v_BTNH
-    weights_BT = tokens_BT.astype(k_BTNH.dtype)
+        return q_BTNH, k_BTKH, v_BTKH
+    weights_BT = tokens_BT.astype(k_BTKH.dtype)
     # A dot, not a sum over the sequence axis: XLA:CPU reduced that strided axis at 4x the cost.
-    sum_BNH = jnp.einsum("bt,btnh->bnh", weights_BT, k_BTNH, precision=MATMUL_PRECISION)
-    mean_B1NH = (sum_BNH / jnp.maximum(weights_BT.sum(axis=1), 1)[:, None, None])[:, None]
-    return q_BTNH.astype(matmul_dtype), (k_BTNH - mean_B1NH).astype(matmul_dtype), v_BTNH.astype(matmul_dtype)
+    sum_BKH = jnp.einsum("bt,btnh->bnh", weights_BT, k_BTKH, precision=MATMUL_PRECISION)
+    mean_B1KH = (sum_BKH / jnp.maximum(weights_BT.sum(axis=1), 1)[:, None, None])[:, None]
+    return q_BTNH.astype(matmul_dtype), (k_BTKH - mean_B1KH).astype(matmul_dtype), v_BTKH.astype(matmul_dtype)
 
 
 def _attention_by_kind(segments_BT, positions_BT, cfg: ModelConfig, attention_impl: str, relative_bias_NR=None):
@@ -386,7 +393,8 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
         embed["token_type_D"] = normal(D)
     if cfg.relative_buckets is not None:
         embed["relative_bias_NR"] = normal(N, cfg.relative_buckets.num_buckets)
-    layers = {"qkv_LDXNH": normal(L, D, 3, N, H), **bias("qkv", "qkv_bias_LXNH", L, 3, N, H)}
+    K, X = cfg.kv_heads, N // cfg.kv_heads + 2
+    layers = {"qkv_LDXKH": normal(L, D, X, K, H), **bias("qkv", "qkv_bias_LXKH", L, X, K, H)}
     if cfg.qk_norm:
         layers |= {"ln_q_scale_LH": np.ones((L, H), np.float32), "ln_k_scale_LH": np.ones((L, H), np.float32)}
     layers |= {

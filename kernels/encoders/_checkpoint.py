@@ -113,36 +113,34 @@ class Checkpoint:
         return out if norm is None else out | self.norm(norm, "ln", "D")
 
     def attention_in(self, q: str, k: str, v: str) -> dict[str, np.ndarray]:
-        """Separate Q, K, V projections [N*H, D] -> qkv_LDXNH (one layer's slice, X the three in the
-        order q, k, v) and its bias. With grouped-query attention (`num_kv_heads`), K and V are [N_kv*H, D],
-        each of their heads repeated to the query heads that use it (`_repeat_heads`)."""
-        c = self.cfg
-        kv = c.num_heads if c.num_kv_heads is None else c.num_kv_heads
-        linears = [
-            self._linear(name, c.hidden_size, heads * c.head_dim, "qkv")
-            for name, heads in ((q, c.num_heads), (k, kv), (v, kv))
-        ]
-        w_XDNH = self._stack([self._repeat_heads(w.reshape(c.hidden_size, -1, c.head_dim), axis=1) for w, _ in linears])
-        out = {"qkv_LDXNH": np.moveaxis(w_XDNH, 0, 1)}
-        if linears[0][1] is not None:
-            out["qkv_bias_LXNH"] = self._stack(
-                [self._repeat_heads(b.reshape(-1, c.head_dim), axis=0) for _, b in linears]
-            )
-        return out
+        """Separate Q [N*H, D], K and V [K*H, D] projections -> qkv_LDXKH (one layer's slice) and its bias.
 
-    def _repeat_heads(self, w: np.ndarray, axis: int) -> np.ndarray:
-        """K/V heads along `axis` -> num_heads, in contiguous groups (head h holds K/V head h // group), as
-        transformers' repeat_kv. Done once as the weights are read, so that q, k and v stay one projection
-        of the shared layout (`qkv_LDXNH`) that every attention kernel and the mesh's head split take
-        unchanged; the price is K/V projections num_heads / num_kv_heads times wider than the checkpoint's."""
-        return w if w.shape[axis] == self.cfg.num_heads else np.repeat(w, self.cfg.num_heads // w.shape[axis], axis)
+        K is the K/V heads (`ModelConfig.kv_heads`: num_kv_heads under grouped-query attention, else
+        num_heads), and X a K/V head's group: its G = N / K query heads, then its key and its value. Query
+        head n = k*G + g, as transformers' repeat_kv groups them, is row g of K/V head k; without groups X is
+        q, k, v. One projection makes all three, and a mesh splits K/V heads with the query heads that use
+        them, each device projecting its heads' keys and values once."""
+        c = self.cfg
+        (wq, bq), (wk, bk), (wv, bv) = (
+            self._linear(name, c.hidden_size, heads * c.head_dim, "qkv")
+            for name, heads in ((q, c.num_heads), (k, c.kv_heads), (v, c.kv_heads))
+        )
+
+        def rows(q_N, k_K, v_K) -> list[np.ndarray]:  # [..., N*H], [..., K*H] twice -> X arrays [..., K, H]
+            q_KGH = q_N.reshape(*q_N.shape[:-1], c.kv_heads, -1, c.head_dim)
+            return [q_KGH[..., g, :] for g in range(q_KGH.shape[-2])] + [
+                x.reshape(*x.shape[:-1], c.kv_heads, c.head_dim) for x in (k_K, v_K)
+            ]
+
+        out = {"qkv_LDXKH": np.moveaxis(self._stack(rows(wq, wk, wv)), 0, 1)}
+        return out if bq is None else out | {"qkv_bias_LXKH": self._stack(rows(bq, bk, bv))}
 
     def fused_qkv(self, name: str) -> dict[str, np.ndarray]:
-        """A fused [3*N*H, D] projection, rows q then k then v -> as `attention_in`."""
+        """A fused [3*N*H, D] projection, rows q then k then v (no grouped K/V heads) -> as `attention_in`."""
         c = self.cfg
         w, b = self._linear(name, c.hidden_size, 3 * c.num_heads * c.head_dim, "qkv")
-        out = {"qkv_LDXNH": w.reshape(c.hidden_size, 3, c.num_heads, c.head_dim)}
-        return out if b is None else out | {"qkv_bias_LXNH": b.reshape(3, c.num_heads, c.head_dim)}
+        out = {"qkv_LDXKH": w.reshape(c.hidden_size, 3, c.num_heads, c.head_dim)}
+        return out if b is None else out | {"qkv_bias_LXKH": b.reshape(3, c.num_heads, c.head_dim)}
 
     def attention_out(self, name: str) -> dict[str, np.ndarray]:
         """Out-projection [D, N*H] -> out_LNHD and its bias."""
@@ -213,7 +211,7 @@ class Checkpoint:
         }
 
     def stack(self, layers: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """One dict per layer, named as stacked (`qkv_LDXNH` holding one layer's DXNH) -> the stacked arrays."""
+        """One dict per layer, named as stacked (`qkv_LDXKH` holding one layer's DXKH) -> the stacked arrays."""
         return {name: self._stack([layer[name] for layer in layers]) for name in layers[0]}
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
@@ -237,11 +235,6 @@ class ShapeCheckpoint(Checkpoint):
 
     def __init__(self, shapes: Mapping[str, Sequence[int]], anchors: Sequence[str], cfg: ModelConfig):
         super().__init__({name: _placeholder(tuple(shape)) for name, shape in shapes.items()}, anchors, cfg)
-
-    def _repeat_heads(self, w: np.ndarray, axis: int) -> np.ndarray:
-        shape = list(w.shape)
-        shape[axis] = self.cfg.num_heads
-        return _placeholder(tuple(shape))
 
     def _stack(self, arrays: list[np.ndarray]) -> np.ndarray:
         # `get` gave every layer's tensors the shapes the config implies, so the layers agree.

@@ -88,16 +88,16 @@ class Rope:
         return (f32(1.0) / f32(self.theta) ** exponents / lambdas).astype(f32)
 
 
-def _llama3(inv_K: np.ndarray, factor: float, low: float, high: float, original: float) -> np.ndarray:
+def _llama3(inv_W: np.ndarray, factor: float, low: float, high: float, original: float) -> np.ndarray:
     """Rope.llama3's frequencies from the default ones, in float32 as torch computes them (a number over a tensor
     is the number times the tensor's reciprocal, which rounds twice)."""
     f32 = np.float32
-    wavelen_K = f32(2 * np.pi) * (f32(1) / inv_K)
-    scaled_K = np.where(wavelen_K > f32(original / low), inv_K / f32(factor), inv_K)
-    smooth_K = (f32(original) * (f32(1) / wavelen_K) - f32(low)) / f32(high - low)
-    smoothed_K = (f32(1) - smooth_K) * scaled_K / f32(factor) + smooth_K * scaled_K
-    medium_K = (wavelen_K >= f32(original / high)) & (wavelen_K <= f32(original / low))
-    return np.where(medium_K, smoothed_K, scaled_K).astype(f32)
+    wavelen_W = f32(2 * np.pi) * (f32(1) / inv_W)
+    scaled_W = np.where(wavelen_W > f32(original / low), inv_W / f32(factor), inv_W)
+    smooth_W = (f32(original) * (f32(1) / wavelen_W) - f32(low)) / f32(high - low)
+    smoothed_W = (f32(1) - smooth_W) * scaled_W / f32(factor) + smooth_W * scaled_W
+    medium_W = (wavelen_W >= f32(original / high)) & (wavelen_W <= f32(original / low))
+    return np.where(medium_W, smoothed_W, scaled_W).astype(f32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +150,8 @@ class ModelConfig:
     attention_scale: float | None = None
     # A decoder run as an encoder (Qwen3, Mistral, ...): a token attends to the earlier tokens of its sequence only.
     causal: bool = False
-    # Grouped-query attention: the checkpoint's K/V heads, which the family repeats to num_heads as it reads
-    # them (query head h uses K/V head h // (num_heads // num_kv_heads)); None where every head has its own.
+    # Grouped-query attention: the checkpoint's K/V heads (query head h uses K/V head
+    # h // (num_heads // num_kv_heads)); None where every head has its own.
     num_kv_heads: int | None = None
     # Qwen3's and Gemma3's RMSNorm of each head's q and k over head_dim, before RoPE (`ln_q_scale_LH`,
     # `ln_k_scale_LH`).
@@ -185,12 +185,18 @@ class ModelConfig:
                 )
 
     @property
+    def kv_heads(self) -> int:
+        """The K/V heads: num_kv_heads under grouped-query attention, else num_heads."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
     def split_axes(self) -> dict[str, int]:
         """The lengths of the logical axes a mesh may split (kernels.sharding_rules): every parameter's
-        heads axis is num_heads long and its mlp axis intermediate_size (a test holds every family to it).
-        Grouped-query attention adds no axis: its K/V heads are repeated to num_heads as they are read, so a
-        mesh splits them as it splits the query heads, each device holding the copies its query heads use."""
-        return {"heads": self.num_heads, "mlp": self.intermediate_size}
+        heads axis is num_heads long, its kv_heads axis kv_heads and its mlp axis intermediate_size (a test
+        holds every family to it). The mesh splits the K/V heads with the query heads that use them, so
+        they are named only where fewer (grouped-query attention): otherwise they are the heads."""
+        axes = {"heads": self.num_heads, "mlp": self.intermediate_size}
+        return axes if self.kv_heads == self.num_heads else axes | {"kv_heads": self.kv_heads}
 
     @property
     def kinds(self) -> tuple[LayerKind, ...]:

@@ -3,9 +3,10 @@
 All four: token embeddings with neither scaling nor norm; each layer `x + attention(rmsnorm(x))`, then
 `x + mlp(rmsnorm(x))`; a final RMSNorm (x / rms(x) * weight in float32, epsilon `rms_norm_eps`). Attention is
 causal (a token sees the earlier tokens of its own sequence; but see is_causal below), grouped-query
-(`num_key_value_heads` K/V heads, each shared by num_heads / num_kv_heads query heads: the reader repeats them,
-`Checkpoint._repeat_heads`), RoPE rotate-half (theta `rope_parameters.rope_theta` or `rope_theta`; the default
-type, or Llama 3.1's `llama3` frequencies, `Rope.llama3`). The MLP is SwiGLU: down(act(gate(x)) * up(x)).
+(`num_key_value_heads` K/V heads, each shared by num_heads / num_kv_heads query heads, projected once and
+attended to by each: `Checkpoint.attention_in`), RoPE rotate-half (theta `rope_parameters.rope_theta` or
+`rope_theta`; the default type, or Llama 3.1's `llama3` frequencies, `Rope.llama3`). The MLP is SwiGLU:
+down(act(gate(x)) * up(x)).
 
 What differs is one `Decoder` per family (`DECODER` in each family's module):
   - Qwen3 norms q and k per head over head_dim (`q_norm`, `k_norm`) before RoPE; its head_dim defaults to 128.

@@ -7,7 +7,7 @@ post_attention_layernorm, pre_feedforward_layernorm, post_feedforward_layernorm)
 RMSNorm scales by (1 + weight), in float32: the 1 is added here as the weights are read (float32, as
 transformers adds it), so that the shared RMSNorm (x / rms(x) * scale) runs it unchanged.
 
-Attention is grouped-query (`num_key_value_heads`, repeated to the query heads as they are read), its heads
+Attention is grouped-query (`num_key_value_heads`, each K/V head projected once for its query heads), its heads
 `head_dim` wide, q and k RMS-normed per head (`q_norm`, `k_norm`, Gemma's 1 + weight too) before RoPE, the
 scores scaled by `query_pre_attn_scalar ** -0.5`, not head_dim's. Layers are `full_attention` or
 `sliding_attention` (`layer_types`, or every `sliding_window_pattern`-th layer full, as Gemma3TextConfig

@@ -151,7 +151,7 @@ def mesh_shape(mesh: MeshShape, n_devices: int, holder: str = "this process") ->
 
 def check_mesh(spec: ModelSpec, cfg: EncoderConfig, n_devices: int, holder: str = "this process") -> dict[str, int]:
     """`cfg`'s mesh over `holder`'s `n_devices` (`mesh_shape`), checked against the model: each mesh axis must
-    divide the heads and MLP split over it.
+    divide the heads, K/V heads and MLP split over it.
 
     The driver asks it for each encoder actor before anything is written; an Encoder for its own devices."""
     shape = mesh_shape(cfg.mesh, n_devices, holder)

@@ -32,8 +32,8 @@ DEFAULT_MESHES = ["", "model=2"]  # axes left out, filled in from the 8 devices
 BATCH_SIZE = 4  # small batches: 8 CPU devices share this machine's few cores
 
 SPLIT_OVER_HEADS_OR_MLP = {
-    "qkv_LDXNH",
-    "qkv_bias_LXNH",
+    "qkv_LDXKH",
+    "qkv_bias_LXKH",
     "out_LNHD",
     "up_LDF",
     "up_bias_LF",

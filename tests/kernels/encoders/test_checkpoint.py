@@ -24,7 +24,7 @@ def test_a_large_models_shapes_are_read_without_allocating_its_weights():
     assert peak < 2e6, f"{peak / 1e6:.1f} MB traced while reading the shapes"
     assert shapes["embed"]["word_VD"] == (250002, 1024)
     assert shapes["embed"]["position_PD"] == (8194, 1024)
-    assert shapes["layers"]["qkv_LDXNH"] == (24, 1024, 3, 16, 64)
+    assert shapes["layers"]["qkv_LDXKH"] == (24, 1024, 3, 16, 64)
     assert shapes["layers"]["down_LFD"] == (24, 4096, 1024)
 
 

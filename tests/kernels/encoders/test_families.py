@@ -381,13 +381,12 @@ def test_qwen3_attends_causally_with_grouped_kv_heads_and_normed_q_and_k():
     assert not (arch.embedding_norm or arch.learned_positions) and set(m.params["embed"]) == {"word_VD"}
     assert _long_text_cosine(m, arch) >= COSINE
     assert _long_text_cosine(m, dataclasses.replace(arch, causal=False)) < 0.999
-    qkv = m.params["layers"]["qkv_LDXNH"]
-    # Contiguous groups, as transformers' repeat_kv: query heads 0, 1 share K/V head 0; 2, 3 K/V head 1.
-    np.testing.assert_array_equal(qkv[:, :, 1:, 0], qkv[:, :, 1:, 1])
-    assert not np.array_equal(qkv[:, :, 1:, 1], qkv[:, :, 1:, 2])
+    qkv = m.params["layers"]["qkv_LDXKH"]
+    # Each of the 2 K/V heads projected once, beside its 2 query heads: X is q, q, k, v.
+    assert qkv.shape[2:4] == (4, 2)
     one_kv = qkv.copy()
-    one_kv[:, :, 1:] = qkv[:, :, 1:, :1]
-    assert _long_text_cosine(m, arch, m.params | {"layers": m.params["layers"] | {"qkv_LDXNH": one_kv}}) < 0.999
+    one_kv[:, :, 2:] = qkv[:, :, 2:, :1]
+    assert _long_text_cosine(m, arch, m.params | {"layers": m.params["layers"] | {"qkv_LDXKH": one_kv}}) < 0.999
     unnormed = {k: v for k, v in m.params["layers"].items() if not k.startswith(("ln_q", "ln_k"))}
     assert _long_text_cosine(m, arch, m.params | {"layers": unnormed}) < 0.999
 
@@ -426,7 +425,7 @@ def test_qwen2_biases_q_k_and_v_and_slides_where_its_flags_say(impl):
     arch = m.spec.arch
     assert (arch.biases, arch.causal, arch.num_kv_heads, arch.head_dim) == (frozenset({"qkv"}), True, 2, 16)
     assert [k.window for k in arch.layer_kinds] == [None] * 3 and "out_bias_LD" not in m.params["layers"]
-    assert _without(m, arch, {"qkv"}, ("qkv_bias_LXNH",)) < 0.999
+    assert _without(m, arch, {"qkv"}, ("qkv_bias_LXKH",)) < 0.999
     assert _long_text_cosine(m, dataclasses.replace(arch, causal=False)) < 0.999
     config = json.loads((m.spec.path / "config.json").read_text())
     change = {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1, "layer_types": None}
@@ -459,7 +458,7 @@ def test_llama_reads_its_bias_flags_and_llama3_rope():
     assert arch.biases == frozenset({"qkv", "out", "mlp_in", "mlp_out"}) and arch.head_dim == 24
     assert arch.layer_kinds[0].rope == encoders.Rope(10_000.0, llama3=(8.0, 1.0, 4.0, 64.0))
     assert _long_text_cosine(m, arch) >= COSINE
-    assert _without(m, arch, {"qkv", "out"}, ("qkv_bias_LXNH", "out_bias_LD")) < 0.999
+    assert _without(m, arch, {"qkv", "out"}, ("qkv_bias_LXKH", "out_bias_LD")) < 0.999
     assert _without(m, arch, {"mlp_in", "mlp_out"}, ("up_bias_LF", "gate_bias_LF", "down_bias_LD")) < 0.999
     default_rope = tuple(dataclasses.replace(k, rope=encoders.Rope(k.rope.theta)) for k in arch.layer_kinds)
     assert _long_text_cosine(m, dataclasses.replace(arch, layer_kinds=default_rope)) < 0.999
@@ -473,13 +472,13 @@ def test_llama3_frequencies_are_transformers():
     5.24 at the high, smoothed and low ends. (From torch's own default frequencies, `_llama3` gives its values bit
     for bit; the llama-embedding fixture's hidden states are the end-to-end check.)"""
     rope = encoders.Rope(500_000.0, llama3=(8.0, 1.0, 4.0, 8192.0))
-    inv_K = rope.inv_freq(128)
-    default_K = encoders.Rope(500_000.0).inv_freq(128)
-    wavelen_K = 2 * np.pi / default_K
-    np.testing.assert_array_equal(inv_K[wavelen_K < 2048], default_K[wavelen_K < 2048])
-    np.testing.assert_allclose(inv_K[wavelen_K > 8192], default_K[wavelen_K > 8192] / 8, rtol=1e-7)
+    inv_W = rope.inv_freq(128)
+    default_W = encoders.Rope(500_000.0).inv_freq(128)
+    wavelen_W = 2 * np.pi / default_W
+    np.testing.assert_array_equal(inv_W[wavelen_W < 2048], default_W[wavelen_W < 2048])
+    np.testing.assert_allclose(inv_W[wavelen_W > 8192], default_W[wavelen_W > 8192] / 8, rtol=1e-7)
     # Within one float32 ulp: numpy's float32 power and torch's may round the default frequencies apart.
-    np.testing.assert_allclose(inv_K[[20, 29, 31, 33, 50]], LLAMA31_INV_FREQ, rtol=1.2e-7)
+    np.testing.assert_allclose(inv_W[[20, 29, 31, 33, 50]], LLAMA31_INV_FREQ, rtol=1.2e-7)
 
 
 @pytest.mark.parametrize(

@@ -115,14 +115,14 @@ def test_a_mesh_the_model_does_not_split_over_is_refused_from_its_config():
 
 
 def test_qwen3s_causal_attention_and_grouped_kv_heads_are_checked_from_its_config():
-    """Qwen3 attends causally, which every attention implementation does; its 2 K/V heads are repeated to its
-    4 query heads as they are read, so a model axis need divide only the 4 (each device holds the copies it
-    uses)."""
+    """Qwen3 attends causally, which every attention implementation does; a model axis splits its 2 K/V heads
+    with the 4 query heads that use them, so it must divide the 2."""
     qwen3 = model_dir.resolve(str(FAMILY_FIXTURES / "qwen3-embedding"))
     tpu = place_encoders("auto", [node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
     for attention in ("auto", "blockwise", "reference", "pallas", "tpu_flash", "tpu_splash"):
         check_encoders(tpu, EncoderConfig(attention=attention, mesh=(("model", 2),)), qwen3)
-    check_encoders(tpu, EncoderConfig(mesh=(("model", 4),)), qwen3)
+    with pytest.raises(ConfigError, match=r"cannot split kv_heads \(2\) over mesh axis 'model' of size 4$"):
+        check_encoders(tpu, EncoderConfig(mesh=(("model", 4),)), qwen3)
 
 
 def test_a_dense_kernel_the_encoder_hosts_cannot_run_is_refused_naming_what_was_asked(monkeypatch):
