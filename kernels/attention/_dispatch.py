@@ -279,8 +279,8 @@ def attention(
     attention (multi-query with K = 1): query head n attends with key/value head
     n // (N // K), each K/V head serving a contiguous group of N // K query heads
     (transformers' `repeat_kv` order, jax.nn.dot_product_attention's). No
-    implementation repeats k and v for that but JAX's TPU kernels, which take one
-    head count. The output has q's heads.
+    implementation repeats k and v for that but `tpu_flash`, JAX's TPU
+    flash_attention, which takes one head count. The output has q's heads.
 
     kv_lengths [batch] marks padding: keys at positions >= length get no weight,
     and a row with length 0 comes out as zeros. scale defaults to 1/sqrt(head_dim).

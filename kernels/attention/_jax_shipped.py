@@ -16,9 +16,11 @@
   neither segment ids nor a two-sided window (cuDNN's window is causal, left
   only): the dispatch refuses both for it.
 
-Grouped-query attention: both TPU kernels take one head count for q, k and v, so
-their wrappers repeat k and v to q's heads (`_repeat_kv`); cuDNN's takes K < N
-key/value heads dividing N natively, in the same order, and gets them as they are.
+Grouped-query attention: JAX's TPU `flash_attention` takes one head count for q,
+k and v, so its wrapper repeats k and v to q's heads (`_repeat_kv`); splash's
+multi-head kernel and cuDNN's take K < N key/value heads dividing N natively, in
+the same order (splash reads K/V head n // G for query head n), and get them as
+they are.
 
 Every causal mask here starts at the top left: query t sees key s <= t whatever
 the lengths, as `attention` defines it.
@@ -50,7 +52,7 @@ def _splash_block(padded_seq: int) -> int:
 
 def _repeat_kv(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
     """k and v 'BSKH' repeated to q's N heads, head n from K/V head n // (N / K)."""
-    # JAX's TPU kernels take one head count for q, k and v: no grouped-query attention without the copy.
+    # JAX's TPU flash_attention takes one head count for q, k and v: no grouped-query attention without the copy.
     groups = q.shape[2] // k.shape[2]
     if groups == 1:
         return k, v
@@ -115,7 +117,6 @@ def tpu_splash_attention(
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSKH' (K dividing N), kv_lengths [B], segment_ids [B, T] or None -> 'BTNH'."""
     q_seq = q.shape[1]
-    k, v = _repeat_kv(q, k, v)
     scaled_q = (q.astype(jnp.float32) * scale).astype(q.dtype)
     q_bnth, k_bnsh, v_bnsh = (pad_seq(x, TPU_MIN_BLOCK).transpose(0, 2, 1, 3) for x in (scaled_q, k, v))
     kernel = _splash_kernel(q_bnth.shape[1], q_bnth.shape[2], k_bnsh.shape[2], window, causal)
