@@ -138,16 +138,16 @@ def _plus(x, bias):
 
 
 def rope_tables(positions_BT, inv_freq_W):
-    """cos, sin [B, T, K] float32 of each token's position (within its own sequence)."""
+    """cos, sin [B, T, W] float32 of each token's position (within its own sequence)."""
     angles_BTW = positions_BT.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq_W)
     return jnp.cos(angles_BTW), jnp.sin(angles_BTW)
 
 
 def apply_rope(x_BTNH, cos_BTW, sin_BTW):
-    """Rotates pairs (i, i + K) of each head by its token's angles, in float32."""
+    """Rotates pairs (i, i + W) of each head by its token's angles, in float32."""
     x = x_BTNH.astype(jnp.float32)
-    K = x.shape[-1] // 2
-    x1, x2 = x[..., :K], x[..., K:]
+    W = x.shape[-1] // 2
+    x1, x2 = x[..., :W], x[..., W:]
     cos, sin = cos_BTW[:, :, None, :], sin_BTW[:, :, None, :]
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x_BTNH.dtype)
 
