@@ -163,15 +163,16 @@ def test_explicit_scale(seeded_rng):
         check(run(impl, False, q, k, v, lengths, scale=0.5), q, k, v, lengths, 0.5, jnp.float32, impl)
 
 
+# blockwise and pallas with tiles far smaller than the rows: many tiles per row, some of them skipped.
+SMALL_BLOCKS = {
+    "blockwise": lambda *a, **kw: blockwise_attention(*a, **kw, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
+    "pallas": lambda *a, **kw: pallas_attention(*a, **kw, blocks=PallasBlocks(block_q=16, block_k=32)),
+}
+small_block_kernels = pytest.mark.parametrize("kernel", list(SMALL_BLOCKS.values()), ids=list(SMALL_BLOCKS))
+
+
 @pytest.mark.parametrize("seq", [96, 100])
-@pytest.mark.parametrize(
-    "kernel",
-    [
-        lambda *a, scale: blockwise_attention(*a, scale=scale, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
-        lambda *a, scale: pallas_attention(*a, scale=scale, blocks=PallasBlocks(block_q=16, block_k=32)),
-    ],
-    ids=["blockwise", "pallas"],
-)
+@small_block_kernels
 def test_many_small_blocks(seeded_rng, kernel, seq):
     """Several key blocks per row, lengths ending mid-block, on a block edge, and
     whole blocks of padding: the online softmax across block boundaries."""
@@ -283,21 +284,17 @@ def test_window_with_kv_lengths_and_cross_attention(seeded_rng, impl, emulated):
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"{impl} window 17", window=17)
 
 
-@pytest.mark.parametrize(
-    "kernel",
-    [
-        lambda *a, **kw: blockwise_attention(*a, **kw, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
-        lambda *a, **kw: pallas_attention(*a, **kw, blocks=PallasBlocks(block_q=16, block_k=32)),
-    ],
-    ids=["blockwise", "pallas"],
-)
+@small_block_kernels
 @pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
-def test_many_small_blocks_with_segments_and_window(seeded_rng, kernel, window):
+@pytest.mark.parametrize("causal", [False, True], ids=["both_ways", "causal"])
+def test_many_small_blocks_with_segments_and_window(seeded_rng, kernel, window, causal):
     """Many blocks per row, so whole key blocks are skipped and sequences start
-    and end mid-block and on block edges."""
+    and end mid-block and on block edges; causal, tiles on the diagonal and skipped
+    tiles above it, blocks of queries and keys of different sizes."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
-    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window))(q, k, v, lengths, segments)
-    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, f"window {window}", segment_ids=segments, window=window)
+    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window, causal=causal))(q, k, v, lengths, segments)
+    what = f"window {window} causal {causal}"
+    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, causal=causal)
 
 
 @pytest.mark.parametrize("impl, emulated", _cases())
@@ -358,10 +355,7 @@ def test_relative_bias_over_many_small_blocks(seeded_rng, window):
     """The bias gathered per tile: tiles far off the diagonal, skipped blocks, sequences across block edges."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
     table = bias_table(seeded_rng)
-    blocks = BlockwiseBlocks(block_q=16, block_k=32)
-    kernel = lambda *a: blockwise_attention(  # noqa: E731
-        *a, scale=32**-0.5, window=window, bias=with_bias(table), blocks=blocks
-    )
+    kernel = lambda *a: SMALL_BLOCKS["blockwise"](*a, scale=32**-0.5, window=window, bias=with_bias(table))  # noqa: E731
     out = jax.jit(kernel)(q, k, v, lengths, segments)
     what = f"blockwise small blocks relative bias window {window}"
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, bias=table)
@@ -407,24 +401,6 @@ def test_causal_cross_attention_and_padding(seeded_rng, impl, emulated):
     q, k, v, lengths = make_inputs(seeded_rng, 5, 75, 301, 3, 16, jnp.float32, lengths=(40,))
     out = run_or_skip(impl, emulated, q, k, v, lengths, causal=True)
     check(out, q, k, v, lengths, 16**-0.5, jnp.float32, f"{impl} causal cross", causal=True)
-
-
-@pytest.mark.parametrize(
-    "kernel",
-    [
-        lambda *a, **kw: blockwise_attention(*a, **kw, blocks=BlockwiseBlocks(block_q=16, block_k=32)),
-        lambda *a, **kw: pallas_attention(*a, **kw, blocks=PallasBlocks(block_q=16, block_k=32)),
-    ],
-    ids=["blockwise", "pallas"],
-)
-@pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
-def test_causal_over_many_small_blocks(seeded_rng, kernel, window):
-    """Tiles on the diagonal, skipped tiles above it, sequences across block edges, blocks of queries and
-    keys of different sizes."""
-    q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
-    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window, causal=True))(q, k, v, lengths, segments)
-    what = f"small blocks causal window {window}"
-    check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, causal=True)
 
 
 def test_causal_kernels_never_visit_a_tile_above_the_diagonal():
@@ -499,21 +475,15 @@ def test_grouped_query_heads_with_a_relative_bias(seeded_rng, impl):
 
 
 @pytest.mark.parametrize("heads", list(GROUPS.values()), ids=list(GROUPS))
-@pytest.mark.parametrize("kernel", ["blockwise", "pallas"])
+@pytest.mark.parametrize("kernel", list(SMALL_BLOCKS))
 def test_grouped_query_heads_over_many_small_blocks(seeded_rng, kernel, heads):
     """A group's query heads folded into the rows of a query tile (blockwise) or reading their K/V head
     (pallas), across many tiles: skipped ones, sequences across block edges, a window; blockwise with a
     relative bias, gathered per query head and tile."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32, heads=heads[0], kv_heads=heads[1])
     masks = dict(scale=32**-0.5, window=7, causal=True)
-    table = None
-    if kernel == "blockwise":
-        table = bias_table(seeded_rng, heads=heads[0])
-        fn = lambda *a: blockwise_attention(  # noqa: E731
-            *a, **masks, bias=with_bias(table), blocks=BlockwiseBlocks(block_q=16, block_k=32)
-        )
-    else:
-        fn = lambda *a: pallas_attention(*a, **masks, blocks=PallasBlocks(block_q=16, block_k=32))  # noqa: E731
-    out = jax.jit(fn)(q, k, v, lengths, segments)
+    table = bias_table(seeded_rng, heads=heads[0]) if kernel == "blockwise" else None
+    bias = {} if table is None else {"bias": with_bias(table)}
+    out = jax.jit(lambda *a: SMALL_BLOCKS[kernel](*a, **masks, **bias))(q, k, v, lengths, segments)
     what = f"{kernel} {heads} heads small blocks"
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=7, bias=table, causal=True)
