@@ -1,7 +1,7 @@
 """Scale: the driver's and Ray head's memory, wall, docs/s and time to the first committed group, against corpus size.
 
     .venv/bin/python bench/scale.py [--files 1000,4000,16000] [--pdf-files 1000,10000] [--plan-entries 10000000]
-                                    [--pdf-layers N]
+                                    [--pdf-layers N] [--tally-calls 100000]
 
 Real runs: `docembed embed --quiet` in a process of its own (with its private
 local Ray) on N tiny `.txt` files (~100 bytes, 1,000 per directory), and on
@@ -22,6 +22,12 @@ The planning-only run drives the job's own listing path (GroupCutter, the
 recorded parts under `_inputs/`, the ledger's per-group account and the run's
 coordinator actor) with a generator of `--plan-entries` synthetic entries
 standing in for the store, in this process, and reports its peak RSS and time.
+The tally run feeds `--tally-calls` encoder calls' increments, as an encoder
+sends them (pickled, with its compiled shapes and where it runs), to the run's
+tally (`RunTally`, which the coordinator actor is) in this process, and reports
+what it holds per call and how long the queries take that the read's wait polls
+four times a second and the progress line once.
+
 Never run as a test; results go in BENCHMARKS.md.
 """
 
@@ -183,6 +189,44 @@ def plan_only(entries: int, out: Path) -> dict:
     }
 
 
+def tally_calls(calls: int) -> dict:
+    """The run's tally after `calls` encoder calls: bytes it holds per call (tracemalloc), and one query's time."""
+    import collections
+    import pickle
+    import tracemalloc
+
+    from pipeline.encode.batching import EncodeStats
+    from pipeline.run.stage_clock import EncoderCall, Increment, RunTally, StageTotals
+
+    ran = {
+        "dtype": "float32",
+        "mesh": {"data": 2, "model": 1},
+        "attention": ["blockwise at 256 keys"],
+        "dense": ["xla"],
+    }
+    state = EncoderCall(
+        EncodeStats(30_000, 32_000, 9), ((4, 256), (4, 128), (4, 64)), {"hits": 3, "misses": 1}, ran=ran
+    )
+    where = {"node_id": "a" * 56, "actor_id": "b" * 32}
+    sent = []
+    for i in range(calls):
+        counts = collections.Counter(chunks=128, tokens=30_000 + i % 7, batches=9, rows_in=128, rows_out=300)
+        encode = StageTotals(1.0, counts, {"host:1"}, float(i), i + 1.0)
+        sent.append(pickle.dumps(Increment("host:1", {"encode": encode}, f"{i:016x}", state, where)))
+    tally = RunTally()
+    tracemalloc.start()
+    for message in sent:
+        tally.record(pickle.loads(message))
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    seconds = {}
+    for query in ("stages", "encoders"):
+        started = time.perf_counter()
+        getattr(tally, query)()
+        seconds[query] = time.perf_counter() - started
+    return {"calls": calls, "bytes_per_call": held / calls, **seconds}
+
+
 def slope_kib(xs: list[int], ys: list[float]) -> tuple[float, float]:
     """(KiB per file, MB at 0 files) of a least-squares line through (files, MB)."""
     slope, intercept = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
@@ -202,6 +246,7 @@ def main() -> None:
     ap.add_argument("--pdf-files", default="", help="sizes of the 31 real PDFs hard-linked to that many files")
     ap.add_argument("--plan-entries", type=int, default=10_000_000)
     ap.add_argument("--pdf-layers", type=int, default=0, help="PDF runs on the bundled model cut to N layers")
+    ap.add_argument("--tally-calls", type=int, default=100_000, help="encoder calls fed to the run's tally")
     args = ap.parse_args()
     print(f"# bench/scale.py on {cpu_description()}, {time.strftime('%Y-%m-%d')}")
     # Each row is printed as its run ends: a run of 10k PDFs takes hours on 2 cores.
@@ -249,6 +294,12 @@ def main() -> None:
                 f"{plan['parts']} parts; driver peak RSS {plan['peak_mb']:.0f} MB "
                 f"({plan['baseline_mb']:.0f} MB after Ray started)"
             )
+    if args.tally_calls:
+        t = tally_calls(args.tally_calls)
+        print(
+            f"\nthe run's tally after {t['calls']:,} encoder calls: {t['bytes_per_call']:,.0f} bytes held per call; "
+            f"a query of its stages {t['stages'] * 1e3:.2f} ms, of its encoders {t['encoders'] * 1e3:.2f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -98,6 +98,11 @@ class EncodeStats:
         self.computed_tokens += other.computed_tokens
         self.batches += other.batches
 
+    def subtract(self, other: EncodeStats) -> None:
+        self.real_tokens -= other.real_tokens
+        self.computed_tokens -= other.computed_tokens
+        self.batches -= other.batches
+
 
 @dataclasses.dataclass(frozen=True)
 class Batch:

@@ -1,7 +1,8 @@
+import collections
 import time
 
 from pipeline.encode.batching import EncodeStats
-from pipeline.run.stage_clock import EncoderCall, Flow, RunTally, StageClock, StageTable, StageTotals
+from pipeline.run.stage_clock import EncoderCall, Flow, Increment, RunTally, StageClock, StageTable, StageTotals
 
 
 def test_a_clock_sends_what_it_timed_since_the_last_send():
@@ -68,19 +69,38 @@ def test_a_stage_busy_for_a_moment_of_a_long_run_reports_above_zero():
 
 
 def test_a_retried_encoder_call_counts_once():
-    """Ray retries a call whose actor died: the retry's report (same call, new process) replaces the first one's."""
+    """Ray retries a call whose actor died: the retry's report (same call, new process) replaces the first one's,
+    its busy time and counts included."""
     tally = RunTally()
-    first, retry = StageClock(tally.record), StageClock(tally.record)
-    retry.worker = "host:2"  # the restarted actor: another process
-    for clock, call in ((first, "rows-a"), (first, "rows-b"), (retry, "rows-b")):
-        with clock.timing("encode") as counts:
-            counts["tokens"] += 100
-        clock.send(call=call, encoder=EncoderCall(EncodeStats(100, 128, 1), ((4, 32),), {"hits": 0, "misses": 1}))
+    state = EncoderCall(EncodeStats(100, 128, 1), ((4, 32),), {"hits": 0, "misses": 1})
+    for worker, call, busy_s, tokens in (
+        ("host:1", "rows-a", 1.0, 100),
+        ("host:1", "rows-b", 2.0, 90),
+        ("host:2", "rows-b", 4.0, 100),
+    ):
+        encode = StageTotals(busy_s, collections.Counter(tokens=tokens, rows_in=1), {worker})
+        tally.record(Increment(worker, {"encode": encode}, call, state))
     encoders = tally.encoders()
-    assert encoders[first.worker].stats == EncodeStats(100, 128, 1)
+    assert encoders["host:1"].stats == EncodeStats(100, 128, 1)
     assert encoders["host:2"].stats == EncodeStats(100, 128, 1)
-    assert tally.stages().stages["encode"].counts["tokens"] == 200
+    encode = tally.stages().stages["encode"]
+    assert (encode.busy_s, encode.counts["tokens"], encode.counts["rows_in"]) == (5.0, 200, 2)
     assert encoders["host:2"].pid == 2 and encoders["host:2"].compiled_shapes == ((4, 32),)
+
+
+def test_the_tally_keeps_a_keyed_call_as_its_share_alone():
+    """What a call's increment carries besides its counts (the encoder's shapes, cache counts, where it runs) is
+    kept once per encoder, not per call: a run of many calls holds a few numbers for each."""
+    tally = RunTally()
+    ran = {"dtype": "float32", "attention": ["blockwise at 256 keys"] * 50}
+    for i in range(3):
+        state = EncoderCall(EncodeStats(10, 16, 1), ((4, 32),) * 50, {"hits": i}, ran=ran)
+        encode = StageTotals(1.0, collections.Counter(tokens=10), {"host:1"})
+        tally.record(Increment("host:1", {"encode": encode}, f"call-{i}", state, where={"node_id": "n" * 56}))
+    assert set(tally.latest) == {"host:1"} and tally.latest["host:1"].encoder.compile_cache == {"hits": 2}
+    held = [value for share in tally.shares.values() for value in (share.worker, share.stages, share.stats)]
+    assert not any(isinstance(value, (EncoderCall, dict)) for value in held)
+    assert tally.encoders()["host:1"].stats == EncodeStats(30, 48, 3)
 
 
 def _flowed(**stages: tuple[int, int]) -> StageTable:
