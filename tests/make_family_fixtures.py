@@ -19,10 +19,11 @@ the ids recorded here. Beside each directory, NAME.npz
 holds the texts, their token ids, transformers' last hidden states (float32, each text run alone, unpadded;
 gemma3-embedding's also as a causal decoder, `hidden_causal`; qwen2's and mistral's `hidden_bidirectional`,
 qwen2's `hidden_sliding`) and the pooled embeddings that
-sentence-transformers' Pooling (and Dense, and Normalize) make of them. Three models have Dense modules after
+sentence-transformers' Pooling (and Dense, and Normalize) make of them. Four models have Dense modules after
 their Pooling (2_Dense/, 3_Dense/: config.json and model.safetensors, written by sentence-transformers' own
-Dense): distilbert-dense, with a tokenizer_config.json naming DistilBertTokenizer, t5-encoder-st, sentence-t5's
-one, and gemma3-embedding, EmbeddingGemma's two; one pools by three modes that only sentence-transformers' own
+Dense): distilbert-dense, with a tokenizer_config.json naming DistilBertTokenizer, distilbert-dense-residual's
+two with use_residual (one to the same size, one to another), t5-encoder-st, sentence-t5's one, and
+gemma3-embedding, EmbeddingGemma's two; one pools by three modes that only sentence-transformers' own
 Pooling computes here; and the decoders (qwen3-, qwen2-, mistral-, llama- and gemma3-embedding), whose encode()
 pads on the left as their tokenizers say; their NAME.npz also holds `st_encoded`, what sentence-transformers'
 encode() makes of the texts from the saved directory, all texts in one padded batch.
@@ -54,6 +55,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -324,6 +326,15 @@ def randomise(model: torch.nn.Module, seed: int) -> None:
             p.copy_(p.to(torch.bfloat16).float())
 
 
+class DenseModule(NamedTuple):
+    """A sentence-transformers Dense module's arguments, but its input size: the output size of the module before it."""
+
+    out_features: int
+    bias: bool
+    activation: torch.nn.Module
+    residual: bool = False  # use_residual
+
+
 @dataclasses.dataclass
 class Fixture:
     name: str
@@ -338,8 +349,8 @@ class Fixture:
     max_shard_size: str | None = None
     prompts: dict[str, str] | None = None
     prompt_name: str = "search_document"  # the prompt of `prompted_pooled`
-    # sentence-transformers Dense modules after the Pooling, in order: (out_features, bias, activation).
-    dense: tuple[tuple[int, bool, torch.nn.Module], ...] = ()
+    # sentence-transformers Dense modules after the Pooling, in order.
+    dense: tuple[DenseModule, ...] = ()
     tokenizer_config: dict | None = None
     # config.json changes under which the same weights' hidden states are recorded too, as `hidden_NAME`.
     variants: dict[str, dict] = dataclasses.field(default_factory=dict)
@@ -643,8 +654,33 @@ def fixtures() -> list[Fixture]:
             "mean",
             True,
             # distiluse's Tanh projection, then one without bias or activation.
-            dense=((40, True, torch.nn.Tanh()), (24, False, torch.nn.Identity())),
+            dense=(DenseModule(40, True, torch.nn.Tanh()), DenseModule(24, False, torch.nn.Identity())),
             tokenizer_config={"tokenizer_class": "DistilBertTokenizer", "do_lower_case": True},
+        ),
+        Fixture(
+            "distilbert-dense-residual",
+            _base(
+                T.DistilBertModel,
+                T.DistilBertConfig(
+                    **wp,
+                    dim=48,
+                    n_layers=2,
+                    n_heads=6,
+                    hidden_dim=80,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 16,
+                    activation="gelu",
+                ),
+                31,
+            ),
+            "wordpiece",
+            "cls",
+            True,
+            # sentence-transformers' use_residual: x itself added where the sizes agree, x through a matrix of its
+            # own where they do not.
+            dense=(
+                DenseModule(48, True, torch.nn.Tanh(), residual=True),
+                DenseModule(32, False, torch.nn.Identity(), residual=True),
+            ),
         ),
         Fixture(
             "xlm-roberta-sharded",
@@ -891,7 +927,7 @@ def fixtures() -> list[Fixture]:
             "mean",
             True,
             rewrite=t5_both_embeddings,
-            dense=((48, False, torch.nn.Identity()),),
+            dense=(DenseModule(48, False, torch.nn.Identity()),),
             tokenizer_config=T5_TOKENIZER_CONFIG,
         ),
         Fixture(
@@ -977,7 +1013,7 @@ def fixtures() -> list[Fixture]:
             True,
             prompts=GEMMA_PROMPTS,
             prompt_name="document",
-            dense=((256, False, torch.nn.Identity()), (64, False, torch.nn.Identity())),
+            dense=(DenseModule(256, False, torch.nn.Identity()), DenseModule(64, False, torch.nn.Identity())),
             tokenizer_config=GEMMA_TOKENIZER_CONFIG,
             # A plain Gemma3 decoder: causal, its sliding layers seeing the 15 tokens before.
             variants={"causal": {"use_bidirectional_attention": False}},
@@ -1124,8 +1160,8 @@ def dense_modules(fx: Fixture, dim: int, seed: int) -> list[torch.nn.Module]:
 
     g = torch.Generator().manual_seed(seed)
     modules = []
-    for out_features, bias, activation in fx.dense:
-        module = Dense(dim, out_features, bias=bias, activation_function=activation).eval()
+    for out_features, bias, activation, residual in fx.dense:
+        module = Dense(dim, out_features, bias=bias, activation_function=activation, use_residual=residual).eval()
         with torch.no_grad():
             for name, p in module.named_parameters():
                 scale = 0.1 if name.endswith("bias") else 1.5 / dim**0.5

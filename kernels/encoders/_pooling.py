@@ -69,17 +69,26 @@ def normalize(x_SD, eps: float = 1e-12):
 _PROJECTION_ACTIVATIONS = {"tanh": jnp.tanh, "identity": lambda x: x}
 
 
-def project(x_BSI, weights: Sequence[Params], activations: Sequence[str]):
-    """sentence-transformers' Dense modules in turn: activation(x w_IO + b_O), each layer's I the last one's O.
+def project(x_BSI, weights: Sequence[Params], activations: Sequence[str], residuals: Sequence[bool] = ()):
+    """sentence-transformers' Dense modules in turn: activation(x w_IO + b_O), each layer's I the last one's O;
+    plus x where the layer's `residuals` entry is set (default none): x r_IO where it has r_IO, x itself
+    otherwise (its I and O are the same).
 
     In float32 at full precision, as the pooled vectors are: these few small matmuls per sequence cost
     nothing beside the encoder, and a TF32 or bfloat16 rounding here would land in every output."""
-    for layer, activation in zip(weights, activations, strict=True):
+    residuals = tuple(residuals) or (False,) * len(weights)
+    for layer, activation, residual in zip(weights, activations, residuals, strict=True):
         if activation not in PROJECTION_ACTIVATIONS:
             known = ", ".join(PROJECTION_ACTIVATIONS)
             raise ValueError(f"unknown projection activation {activation!r}; known: {known}")
-        x_BSI = jnp.einsum("...i,io->...o", x_BSI, layer["w_IO"], precision=MATMUL_PRECISION)
+        y_BSO = jnp.einsum("...i,io->...o", x_BSI, layer["w_IO"], precision=MATMUL_PRECISION)
         if "b_O" in layer:
-            x_BSI = x_BSI + layer["b_O"]
-        x_BSI = _PROJECTION_ACTIVATIONS[activation](x_BSI)
+            y_BSO = y_BSO + layer["b_O"]
+        y_BSO = _PROJECTION_ACTIVATIONS[activation](y_BSO)
+        if residual:
+            r_IO = layer.get("r_IO")
+            y_BSO = y_BSO + (
+                x_BSI if r_IO is None else jnp.einsum("...i,io->...o", x_BSI, r_IO, precision=MATMUL_PRECISION)
+            )
+        x_BSI = y_BSO
     return x_BSI

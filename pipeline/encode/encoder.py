@@ -85,6 +85,7 @@ class Encoder:
             pooling=spec.pooling,
             normalize=spec.normalize,
             activations=tuple(p.activation for p in spec.projections),
+            residuals=tuple(p.residual for p in spec.projections),
             truncate_dim=spec.truncate_dim,
             dim=cfg.dim,
             attention_impl=cfg.attention,
@@ -122,12 +123,12 @@ class Encoder:
         }
 
 
-def _head(pooled_BSD, projections, activations, normalize: bool, truncate_dim: int | None, dim: int | None):
+def _head(pooled_BSD, projections, activations, residuals, normalize: bool, truncate_dim: int | None, dim: int | None):
     """Pooled [B, S, D] -> the output [B, S, dim]: through the model's Dense modules (`projections`, their
-    `activations`), normalised and cut to `truncate_dim` as the model says (not re-normalised, as
+    `activations` and `residuals`), normalised and cut to `truncate_dim` as the model says (not re-normalised, as
     sentence-transformers does not), then Matryoshka-truncated to `dim` and re-normalised (the first `dim`
     dimensions of a unit vector are not one)."""
-    out_BSD = encoders.project(pooled_BSD, projections, activations)
+    out_BSD = encoders.project(pooled_BSD, projections, activations, residuals)
     out_BSD = (encoders.normalize(out_BSD) if normalize else out_BSD)[..., :truncate_dim]
     return out_BSD if dim is None else encoders.normalize(out_BSD[..., :dim])
 
@@ -153,6 +154,7 @@ def _embed(
     rules,
     dense_impl="auto",
     activations=(),
+    residuals=(),
     truncate_dim=None,
     dim=None,
 ):
@@ -169,4 +171,4 @@ def _embed(
         rules=rules,
     )
     pooled_BSD = encoders.pool(hidden_BTD, segments_BT, slots, pooling)
-    return _head(pooled_BSD, params["projections"], activations, normalize, truncate_dim, dim)
+    return _head(pooled_BSD, params["projections"], activations, residuals, normalize, truncate_dim, dim)

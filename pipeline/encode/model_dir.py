@@ -40,7 +40,8 @@ log = logging.getLogger("docembed")
 
 @dataclasses.dataclass(frozen=True)
 class Projection:
-    """A sentence-transformers Dense module: activation(x W^T + b) of the pooled vector, before Normalize."""
+    """A sentence-transformers Dense module: activation(x W^T + b) of the pooled vector, before Normalize,
+    plus x itself where `residual` (through a matrix of its own, x R^T, where the sizes differ)."""
 
     path: str  # its folder in the model directory, which holds config.json and model.safetensors
     in_features: int
@@ -48,11 +49,14 @@ class Projection:
     bias: bool
     activation: str  # a name in kernels.encoders.PROJECTION_ACTIVATIONS
     weights_sha256: str
+    residual: bool = False  # use_residual
 
     def describe(self) -> str:
         """Everything that makes its numbers, for the model's fingerprint."""
         bias = "bias" if self.bias else "no bias"
-        return f"{self.in_features}->{self.out_features} {bias} {self.activation} {self.weights_sha256}"
+        # Appended only where set, so that the fingerprints of the outputs made before it stay as they were.
+        residual = " residual" if self.residual else ""
+        return f"{self.in_features}->{self.out_features} {bias} {self.activation}{residual} {self.weights_sha256}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -185,7 +189,7 @@ KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
 PROJECTION_ACTIVATIONS = {"Tanh": "tanh", "Identity": "identity"}
 DEFAULT_PROJECTION_ACTIVATION = "torch.nn.modules.activation.Tanh"
 # What a Dense module's config.json may say besides its sizes, with the value docembed implements.
-PROJECTION_FIXED = {"module_input_name": "sentence_embedding", "use_residual": False}
+PROJECTION_FIXED = {"module_input_name": "sentence_embedding"}
 # Pooling configs before sentence-transformers 6: a flag per mode. 6 writes `pooling_mode`, a name or a list.
 LEGACY_POOLING_FLAGS = {
     "pooling_mode_cls_token": "cls",
@@ -275,9 +279,10 @@ def _projection(path: Path, folder: str) -> Projection:
         if type(value) is not int or value < 1:
             raise ModelError(f"{where}/config.json: {key} {value!r} is not a positive whole number")
         sizes[key] = value
-    bias = cfg.get("bias", True)
-    if not isinstance(bias, bool):
-        raise ModelError(f"{where}/config.json: bias {bias!r} is not true or false")
+    flags = {key: cfg.get(key, default) for key, default in (("bias", True), ("use_residual", False))}
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise ModelError(f"{where}/config.json: {key} {value!r} is not true or false")
     activation = cfg.get("activation_function", DEFAULT_PROJECTION_ACTIVATION)
     module, _, name = str(activation).rpartition(".")
     if not (isinstance(activation, str) and module.startswith("torch.nn") and name in PROJECTION_ACTIVATIONS):
@@ -297,7 +302,14 @@ def _projection(path: Path, folder: str) -> Projection:
             f"{where} has no {WEIGHTS_FILE} (docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE})"
         )
     activation = PROJECTION_ACTIVATIONS[name]
-    return Projection(folder, **sizes, bias=bias, activation=activation, weights_sha256=_sha256(weights))
+    return Projection(
+        folder,
+        **sizes,
+        bias=flags["bias"],
+        activation=activation,
+        weights_sha256=_sha256(weights),
+        residual=flags["use_residual"],
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -598,11 +610,14 @@ def check_weights(spec: ModelSpec) -> None:
 
 
 def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -> Params:
-    """A Dense module's `linear.weight` [out, in] and `linear.bias` [out] -> w_IO and b_O (`encoders.project`),
-    float32; ModelError where one is missing or of another shape than its config.json says."""
+    """A Dense module's `linear.weight` [out, in], `linear.bias` [out] and, for a residual between other sizes,
+    `residual.weight` [out, in] -> w_IO, b_O and r_IO (`encoders.project`), float32; ModelError where one is
+    missing or of another shape than its config.json says."""
     wanted = {"linear.weight": (projection.out_features, projection.in_features)}
     if projection.bias:
         wanted["linear.bias"] = (projection.out_features,)
+    if projection.residual and projection.in_features != projection.out_features:
+        wanted["residual.weight"] = wanted["linear.weight"]
     where = spec.path / projection.path / WEIGHTS_FILE
     for name, shape in wanted.items():
         if name not in tensors:
@@ -611,8 +626,9 @@ def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -
             raise ModelError(
                 f"{where}: tensor {name!r} has shape {tuple(tensors[name].shape)}, but its config.json implies {shape}"
             )
-    params = {"w_IO": np.asarray(tensors["linear.weight"], np.float32).T}
-    return params | ({"b_O": np.asarray(tensors["linear.bias"], np.float32)} if projection.bias else {})
+    names = {"linear.weight": "w_IO", "linear.bias": "b_O", "residual.weight": "r_IO"}
+    # The [out, in] matrices transposed to [in, out], as `project` multiplies them (.T leaves the bias as it is).
+    return {names[name]: np.asarray(tensors[name], np.float32).T for name in wanted}
 
 
 def _load_safetensors(file: Path) -> dict[str, np.ndarray]:

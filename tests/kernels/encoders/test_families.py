@@ -117,7 +117,8 @@ def embeddings(m: Loaded, hidden_BTD, segments_BT, n_slots: int) -> np.ndarray:
     """As sentence-transformers' modules make them: pooled, through the Dense modules, normalised."""
     spec = m.spec
     pooled = encoders.pool(hidden_BTD, segments_BT, n_slots, spec.pooling)
-    projected = encoders.project(pooled, m.projections, [p.activation for p in spec.projections])
+    activations, residuals = [p.activation for p in spec.projections], [p.residual for p in spec.projections]
+    projected = encoders.project(pooled, m.projections, activations, residuals)
     return np.asarray(encoders.normalize(projected) if spec.normalize else projected)
 
 

@@ -66,3 +66,17 @@ def test_projections_run_in_turn_with_their_bias_and_activation():
     assert encoders.project(x_BSI, [], []) is x_BSI
     with pytest.raises(ValueError, match="unknown projection activation 'gelu'; known: tanh, identity"):
         encoders.project(x_BSI, [second], ["gelu"])
+
+
+def test_a_residual_adds_the_input_itself_or_through_its_own_matrix():
+    """sentence-transformers' Dense with use_residual: x where the sizes agree, x r_IO where they differ."""
+    rng = np.random.default_rng(1)
+    x_BSI = rng.standard_normal((2, 3, 4), np.float32)
+    same = {"w_IO": rng.standard_normal((4, 4), np.float32), "b_O": rng.standard_normal(4, np.float32)}
+    narrower = {"w_IO": rng.standard_normal((4, 2), np.float32), "r_IO": rng.standard_normal((4, 2), np.float32)}
+    got = np.asarray(encoders.project(x_BSI, [same, narrower], ["tanh", "identity"], [True, True]))
+    h_BSI = np.tanh(x_BSI @ same["w_IO"] + same["b_O"]) + x_BSI
+    np.testing.assert_allclose(got, h_BSI @ narrower["w_IO"] + h_BSI @ narrower["r_IO"], rtol=1e-5, atol=1e-6)
+    # Not asked for, the residual is not added, whatever the weights hold.
+    plain = np.asarray(encoders.project(x_BSI, [same, narrower], ["tanh", "identity"], [False, False]))
+    np.testing.assert_allclose(plain, np.tanh(x_BSI @ same["w_IO"] + same["b_O"]) @ narrower["w_IO"], rtol=1e-5)

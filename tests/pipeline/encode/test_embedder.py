@@ -22,6 +22,7 @@ DENSE_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "families" / 
 POOLING_FIXTURE = DENSE_FIXTURE.with_name("bert-pooling-modes")
 T5_FIXTURE = DENSE_FIXTURE.with_name("t5-encoder-st")
 QWEN3_FIXTURE = DENSE_FIXTURE.with_name("qwen3-embedding")
+RESIDUAL_FIXTURE = DENSE_FIXTURE.with_name("distilbert-dense-residual")
 GEMMA3_FIXTURE = DENSE_FIXTURE.with_name("gemma3-embedding")
 MISTRAL_FIXTURE = DENSE_FIXTURE.with_name("mistral-embedding")
 QWEN2_FIXTURE = DENSE_FIXTURE.with_name("qwen2-embedding")
@@ -228,6 +229,12 @@ def assert_embeds_as_sentence_transformers(fixture: Path, dim: int) -> None:
     assert got.shape == reference["st_encoded"].shape == (6, dim)
     assert cosine(got, reference["st_encoded"]).min() >= 0.99999
     np.testing.assert_allclose(got, reference["st_encoded"], atol=2e-5)
+
+
+def test_residual_dense_modules_match_sentence_transformers_encode():
+    """Dense modules with use_residual: Tanh 48 -> 48 plus its input, then Identity 48 -> 32 plus the input
+    through a matrix of its own (sentence-transformers' `residual`), CLS pooling and Normalize."""
+    assert_embeds_as_sentence_transformers(RESIDUAL_FIXTURE, 32)
 
 
 def test_sentence_t5_matches_sentence_transformers_encode():

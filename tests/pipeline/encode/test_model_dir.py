@@ -393,6 +393,22 @@ def test_dense_modules_are_read_in_order_and_set_the_output_dimension():
     assert shapes == [{"w_IO": (48, 40), "b_O": (40,)}, {"w_IO": (40, 24)}]
 
 
+def test_residual_dense_modules_are_read_with_their_matrix_where_the_sizes_differ(tmp_path):
+    spec = model_dir.resolve(str(DENSE_FIXTURE.with_name("distilbert-dense-residual")))
+    described = [(p.in_features, p.out_features, p.bias, p.residual) for p in spec.projections]
+    assert described == [(48, 48, True, True), (48, 32, False, True)]
+    shapes = [{name: array.shape for name, array in layer.items()} for layer in model_dir.load_projections(spec)]
+    assert shapes == [{"w_IO": (48, 48), "b_O": (48,)}, {"w_IO": (48, 32), "r_IO": (48, 32)}]
+    # A residual from 48 to 40 dimensions needs a matrix of its own, which these weights lack: refused before
+    # any work, and in the fingerprint where it is read.
+    path = copy_dense_model(tmp_path)
+    _dense_config({"use_residual": True})(path)
+    residual = model_dir.resolve(str(path))
+    assert residual.fingerprint != model_dir.resolve(str(DENSE_FIXTURE)).fingerprint
+    with pytest.raises(ModelError, match="2_Dense/model.safetensors lacks tensor 'residual.weight'"):
+        model_dir.check_weights(residual)
+
+
 def test_a_dense_module_is_in_the_fingerprint(tmp_path):
     """The same encoder without its Dense modules, or with other Dense weights, makes other numbers."""
     with_dense = model_dir.resolve(str(DENSE_FIXTURE))
@@ -456,7 +472,7 @@ def _modules(change):
         ),
         (_dense_config({"out_features": 0}), "out_features 0 is not a positive whole number"),
         (_dense_config({"bias": "yes"}), "bias 'yes' is not true or false"),
-        (_dense_config({"use_residual": True}), "use_residual True is not implemented"),
+        (_dense_config({"use_residual": "yes"}), "use_residual 'yes' is not true or false"),
         (_dense_config({"module_input_name": "token_embeddings"}), "module_input_name 'token_embeddings' is not"),
         (_dense_config({"module_output_name": "projected"}), "module_output_name 'projected' is not implemented"),
         (lambda p: shutil.rmtree(p / "2_Dense"), "2_Dense has no config.json"),
