@@ -93,16 +93,25 @@ def _locked(output: str, root: str) -> Iterator[None]:
                 os.rmdir(root)
 
 
-def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | None:
-    """Makes `output` ready for this job; None when it already holds a finished run."""
+def finished(output: str, *, overwrite: bool, manifest: dict) -> bool:
+    """Whether `output` holds this run finished (`_SUCCESS`), to be left alone; OutputError where it holds a
+    finished run of other settings or inputs. Never with `overwrite`, whose run clears it."""
     fs, root = filesystem_for(output)
     with failing_at(f"output {output}"):
-        if storage.exists(fs, f"{root}/{SUCCESS_FILE}"):
-            if not overwrite:
-                recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")
-                if recorded is not None and not same_run(recorded, manifest):  # not what this command asks
-                    raise OutputError(mismatch(output, recorded, manifest, finished=True))
-                return None
+        if overwrite or not storage.exists(fs, f"{root}/{SUCCESS_FILE}"):
+            return False
+        recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")
+    if recorded is not None and not same_run(recorded, manifest):  # not what this command asks
+        raise OutputError(mismatch(output, recorded, manifest, finished=True))
+    return True
+
+
+def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | None:
+    """Makes `output` ready for this job; None when it already holds a finished run."""
+    if finished(output, overwrite=overwrite, manifest=manifest):
+        return None
+    fs, root = filesystem_for(output)
+    with failing_at(f"output {output}"):
         if overwrite:
             _clear(fs, root)
         recorded = read_json(fs, f"{root}/{MANIFEST_FILE}")

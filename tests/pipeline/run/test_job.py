@@ -24,6 +24,7 @@ from pipeline.encode.placement import place_encoders
 from pipeline.errors import ConfigError, OutputError
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+from pipeline.run import job
 from pipeline.run.job import ENCODE_CALL_BATCHES, encode_call_packs
 
 from support import (
@@ -232,15 +233,20 @@ def _short_texts(n: int) -> list[dict]:
     return [{"id": f"t{i}", "text": " ".join(words[i : i + 1 + i % 90])} for i in range(n)]
 
 
-def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir):
+def test_rerun_is_a_noop_and_overwrite_redoes(finished, corpus_dir, monkeypatch):
     out, _ = finished
     before = sorted(p.name for p in (out / "embeddings").iterdir())
-    assert run_job(JobConfig(inputs=(f"{corpus_dir}/",), output=str(out), overlap=16)) is None
-    # Asked with other settings or inputs: said so, not "nothing to do" over an output that does not hold them.
-    with pytest.raises(OutputError, match="holds a finished run made with other settings .*overlap 16 there, 32 now"):
-        run_job(JobConfig(inputs=(str(corpus_dir),), output=str(out)))
-    with pytest.raises(OutputError, match="holds a finished run .*inputs"):
-        run_job(JobConfig(inputs=(str(corpus_dir / "samples"),), output=str(out), overlap=16))
+    with monkeypatch.context() as m:
+        # In float32, what a run would make is known without Ray: a finished output is seen before Ray starts.
+        m.setattr(job, "_init_ray", lambda verbosity: pytest.fail("Ray was started"))
+        assert run_job(JobConfig(inputs=(f"{corpus_dir}/",), output=str(out), overlap=16)) is None
+        # Asked with other settings or inputs: said so, not "nothing to do" over an output that does not hold them.
+        with pytest.raises(
+            OutputError, match="holds a finished run made with other settings .*overlap 16 there, 32 now"
+        ):
+            run_job(JobConfig(inputs=(str(corpus_dir),), output=str(out)))
+        with pytest.raises(OutputError, match="holds a finished run .*inputs"):
+            run_job(JobConfig(inputs=(str(corpus_dir / "samples"),), output=str(out), overlap=16))
     assert sorted(p.name for p in (out / "embeddings").iterdir()) == before
 
     report = run_job(JobConfig(inputs=(str(corpus_dir / "samples" / "text"),), output=str(out), overwrite=True))
