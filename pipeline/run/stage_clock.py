@@ -242,7 +242,7 @@ class RunTally:
     The sums grow as increments come, so a query (`stages`, `encoders`, asked every quarter second while
     the read waits for room) costs the same an hour into a run as at its start; rebuilt from every call,
     it took 330 ms at 100,000 encoder calls. A keyed call is kept only as its share of the sums (`_Share`,
-    about a tenth of its increment), which a retry of the call takes back before adding its own; the rest of
+    about a quarter of its increment), which a retry of the call takes back before adding its own; the rest of
     an encoder's increment (its compiled shapes, cache counts, where it runs) is kept as that encoder's latest.
 
     The job runs it as a Ray actor (pipeline.run.job); the capacity planner in its own process.
