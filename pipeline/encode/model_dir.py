@@ -8,8 +8,8 @@ the weights as `model.safetensors` or sharded with `model.safetensors.index.json
 prompts of `config_sentence_transformers.json`, in sentence-transformers' layouts
 before version 6 and since. Without those files the encoder mean-pools and does not
 normalise, which is how sentence-transformers treats a bare checkpoint. What
-sentence-transformers would run and docembed does not (a Dense module's residual
-or other activation) is refused, never skipped.
+sentence-transformers would run and docembed does not (a Dense module's other
+activation, a module of another kind) is refused, never skipped.
 
 Where the model directory is (`--model`'s forms) is `pipeline.encode.model_location`'s.
 """
