@@ -30,11 +30,11 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow.fs as pafs
 
-from pipeline.errors import InputError, StorageError
+from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.io.retries import NOT_FOUND, retrying
 from pipeline.io.uris import OBJECT_STORE_SCHEMES, check_location, is_uri, parse, redact, scheme_of
 
-S3_MAX_ATTEMPTS = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 800ms)
+S3_MAX_ATTEMPTS = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 800ms), unless AWS_MAX_ATTEMPTS says
 GCS_RETRY_SECONDS = 60  # per request, inside google-cloud-cpp
 
 _ENV_OF_SCHEME = {
@@ -47,6 +47,7 @@ _ENV_OF_SCHEME = {
         "AWS_SECRET_ACCESS_KEY",
         "AWS_SESSION_TOKEN",
         "AWS_PROFILE",
+        "AWS_MAX_ATTEMPTS",
     ),
     "gs": ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS"),
 }
@@ -55,6 +56,22 @@ _ENV_OF_SCHEME = {
 def env_key(scheme: str) -> tuple:
     """The environment variables that make `scheme`'s clients: a cache key, so a changed environment gets new ones."""
     return tuple(os.environ.get(name) for name in _ENV_OF_SCHEME.get(scheme, ()))
+
+
+def s3_max_attempts() -> int:
+    """Attempts per S3 request inside the AWS SDK: `AWS_MAX_ATTEMPTS`, the AWS SDKs' own variable, where set,
+    else S3_MAX_ATTEMPTS. boto3 (the listing) reads it itself, but only where no attempts are passed; pyarrow's
+    S3 filesystem not at all."""
+    value = os.environ.get("AWS_MAX_ATTEMPTS")
+    if value is None:
+        return S3_MAX_ATTEMPTS
+    try:
+        attempts = int(value)
+    except ValueError:
+        attempts = 0
+    if attempts < 1:
+        raise ConfigError(f"AWS_MAX_ATTEMPTS {value!r} is not a positive whole number")
+    return attempts
 
 
 def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
@@ -88,7 +105,7 @@ def _object_store(scheme: str, bucket: str, env_key: tuple) -> pafs.FileSystem:
         return pafs.S3FileSystem(
             region=region or "us-east-1",
             endpoint_override=endpoint,
-            retry_strategy=pafs.AwsDefaultS3RetryStrategy(max_attempts=S3_MAX_ATTEMPTS),
+            retry_strategy=pafs.AwsDefaultS3RetryStrategy(max_attempts=s3_max_attempts()),
             connect_timeout=10,
             request_timeout=60,
         )

@@ -13,7 +13,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from pipeline.errors import InputError, OutputError, StorageError
+from pipeline.errors import ConfigError, InputError, OutputError, StorageError
 from pipeline.io import filesystems, object_listing, retries
 from pipeline.io.listing import list_inputs, list_pages
 from pipeline.kinds import kind_of
@@ -146,6 +146,34 @@ def test_storage_failing_mid_listing_is_a_storage_error_and_a_later_listing_comp
     assert 0 < seen < len(expected(scheme, "tree/")[0])
     servers.proxies[scheme].down = False
     assert listed([location])[:2] == expected(scheme, "tree/")
+
+
+def test_aws_max_attempts_sets_the_attempts_of_each_s3_request(buckets, servers, tmp_path, monkeypatch):
+    """AWS_MAX_ATTEMPTS, the AWS SDKs' own variable, is the SDK's attempts per request for the listing (boto3) and
+    for reads (pyarrow): a store that is down is asked more often the more attempts it allows."""
+    for name, value in servers.env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.01)
+    proxy = servers.proxies["s3"]
+    asked = {}
+    for attempts in ("1", "2"):
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", attempts)
+        for what, call in (
+            ("listing", lambda: list(list_pages([f"s3://{BUCKET}/flat"]))),
+            ("read", lambda: filesystems.read_bytes(f"s3://{BUCKET}/flat/n000.txt")),
+        ):
+            proxy.reset()
+            proxy.down = True
+            with pytest.raises(StorageError, match="still failing after 3 attempts"):
+                call()
+            asked[what, attempts] = proxy.counts["failed"]
+    proxy.reset()
+    object_listing._s3_client.cache_clear()  # the clients of this test's attempt counts
+    assert asked["listing", "2"] > asked["listing", "1"] >= retries.ATTEMPTS, asked
+    assert asked["read", "2"] > asked["read", "1"] >= retries.ATTEMPTS, asked
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "none")
+    with pytest.raises(ConfigError, match="AWS_MAX_ATTEMPTS 'none' is not a positive whole number"):
+        filesystems.read_bytes(f"s3://{BUCKET}/flat/n000.txt")
 
 
 def test_keys_pyarrow_cannot_read_are_skipped_and_the_rest_read_back(scheme, caplog):
