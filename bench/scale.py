@@ -25,8 +25,8 @@ standing in for the store, in this process, and reports its peak RSS and time.
 The tally run feeds `--tally-calls` encoder calls' increments, as an encoder
 sends them (pickled, with its compiled shapes and where it runs), to the run's
 tally (`RunTally`, which the coordinator actor is) in this process, and reports
-what it holds per call and how long the queries take that the read's wait polls
-four times a second and the progress line once.
+what it holds after a tenth of them and after all, and how long the queries take
+that the read's wait asks four times a second and the progress line once.
 
 Never run as a test; results go in BENCHMARKS.md.
 """
@@ -190,7 +190,8 @@ def plan_only(entries: int, out: Path) -> dict:
 
 
 def tally_calls(calls: int) -> dict:
-    """The run's tally after `calls` encoder calls: bytes it holds per call (tracemalloc), and one query's time."""
+    """The run's tally fed `calls` encoder calls from one encoder: what it holds (tracemalloc) after a tenth of
+    them and after all, and one query's time at the end."""
     import collections
     import pickle
     import tracemalloc
@@ -212,19 +213,21 @@ def tally_calls(calls: int) -> dict:
     for i in range(calls):
         counts = collections.Counter(chunks=128, tokens=30_000 + i % 7, batches=9, rows_in=128, rows_out=300)
         encode = StageTotals(1.0, counts, {"host:1"}, float(i), i + 1.0)
-        sent.append(pickle.dumps(Increment("host:1", {"encode": encode}, f"{i:016x}", state, where)))
+        sent.append(pickle.dumps(Increment("host:1", {"encode": encode}, f"encode:{i:016x}/0", state, where)))
     tally = RunTally()
+    held = {}
     tracemalloc.start()
-    for message in sent:
+    for i, message in enumerate(sent, 1):
         tally.record(pickle.loads(message))
-    held = tracemalloc.get_traced_memory()[0]
+        if i in (calls // 10, calls):
+            held[i] = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     seconds = {}
     for query in ("stages", "encoders"):
         started = time.perf_counter()
         getattr(tally, query)()
         seconds[query] = time.perf_counter() - started
-    return {"calls": calls, "bytes_per_call": held / calls, **seconds}
+    return {"calls": calls, "held": held, **seconds}
 
 
 def slope_kib(xs: list[int], ys: list[float]) -> tuple[float, float]:
@@ -296,8 +299,9 @@ def main() -> None:
             )
     if args.tally_calls:
         t = tally_calls(args.tally_calls)
+        held = ", ".join(f"{b / 2**20:.2f} MB after {n:,}" for n, b in t["held"].items())
         print(
-            f"\nthe run's tally after {t['calls']:,} encoder calls: {t['bytes_per_call']:,.0f} bytes held per call; "
+            f"\nthe run's tally, fed {t['calls']:,} encoder calls: it holds {held}; "
             f"a query of its stages {t['stages'] * 1e3:.2f} ms, of its encoders {t['encoders'] * 1e3:.2f} ms"
         )
 

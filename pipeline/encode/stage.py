@@ -73,6 +73,7 @@ class EncodeBlock:
             return self._encode(chunks, packs.num_rows)
 
     def _encode(self, batch: pa.Table, packs: int) -> pa.Table:
+        self.clock.begin(f"encode:{rows_digest(batch)}")
         ok = batch.column("error_type").is_null().to_numpy(zero_copy_only=False)
         ok_idx = ok.nonzero()[0]
         token_ids = batch.column("token_ids").take(ok_idx).to_pylist()
@@ -80,7 +81,6 @@ class EncodeBlock:
             emb_ND, stats = self.encoder.encode_ids(token_ids)
             counts.update(chunks=len(token_ids), tokens=stats.real_tokens, batches=stats.batches)
         self.clock.count("encode", rows_in=packs, rows_out=batch.num_rows)
-        # A retried call holds the same rows: its report replaces the first attempt's.
         state = EncoderCall(
             stats,
             tuple(sorted(self.encoder.compiled_shapes)),
@@ -88,7 +88,7 @@ class EncodeBlock:
             self.loaded,
             self.encoder.ran(),
         )
-        self.clock.send(call=rows_digest(batch), encoder=state)
+        self.clock.send(encoder=state)
 
         dim = self.encoder.dim
         flat = pa.array(emb_ND.reshape(-1), pa.float32())

@@ -28,7 +28,7 @@ from pipeline.io.uris import check_location, redact
 from pipeline.output.files import dumps
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE, part_name
 from pipeline.run.stage_clock import Record, StageClock
-from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA
+from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA, rows_digest
 
 
 def check_writable(output: str) -> None:
@@ -87,6 +87,7 @@ def write_block(
     `record` gets the time this took.
     """
     clock = StageClock(record)
+    clock.begin(f"write:{rows_digest(batch)}")
     with clock.timing("write") as counts:
         fs, root = filesystem_for(output)
         summaries = []

@@ -6,9 +6,10 @@ job, a message to the run's `RunTally` actor (pipeline.run.job); in this process
 (the capacity planner, benchmarks), `RunTally.record` itself. The stages know
 only that callable, never Ray.
 
-An encoder call's increment carries its encoder counts too, and the call's
-identity: Ray retries a call whose actor died, and the retry's increment
-replaces the first attempt's, so every batch counts once. `StageTable` adds the
+Every increment names the call it reports, by what the call took (`begin`):
+Ray retries a call whose actor died, and the retry's increment replaces the
+first attempt's, so every file, document and batch counts once. An encoder
+call's increment carries its encoder counts too. `StageTable` adds the
 stages up. A stage's utilisation is its busy time over its workers' share of
 the wall time: the stage nearest 100% is the bottleneck, and the others wait on
 it (their rate per busy second says how much headroom they have).
@@ -103,6 +104,13 @@ class StageClock:
         self.record = record
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
         self.pending: dict[str, StageTotals] = {}
+        self.call: str | None = None  # the call being timed (`begin`)
+        self.sent = 0  # increments sent for it
+
+    def begin(self, call: str) -> None:
+        """Starts timing a call, named by what it took (its rows' keys, digested): the same rows, the same name,
+        however often Ray retries it. Its sends are named `call/0`, `call/1`, ... in turn."""
+        self.call, self.sent = call, 0
 
     @contextlib.contextmanager
     def timing(self, stage: str) -> Iterator[collections.Counter]:
@@ -119,9 +127,11 @@ class StageClock:
         """Counts without a time: the rows a stage's call took and handed on (`Flow`), known once it is done."""
         self.pending.setdefault(stage, StageTotals()).add(StageTotals(counts=collections.Counter(counts)))
 
-    def send(self, *, call: str | None = None, encoder: EncoderCall | None = None) -> None:
+    def send(self, *, encoder: EncoderCall | None = None) -> None:
         if self.record is not None and (self.pending or encoder is not None):
+            call = None if self.call is None else f"{self.call}/{self.sent}"
             self.record(Increment(self.worker, self.pending, call, encoder))
+            self.sent += 1
         self.pending = {}
 
 
@@ -218,6 +228,13 @@ class EncoderTotals:
         return int(self.where["worker"].rsplit(":", 1)[1])
 
 
+# A worker's calls whose shares are kept for a retry. Ray retries the calls of a worker that died: those it was
+# running and those whose output was lost with its node, not yet taken by the stage after it (a few per worker:
+# Ray Data sends an actor a handful of calls at a time, and takes their outputs as they come). A dead worker
+# makes no more calls, so its last shares stay until the run ends.
+RETRY_WINDOW = 256
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Share:
     """What one keyed call added to the run's sums: as little as lets a retry of it take it back."""
@@ -241,16 +258,19 @@ class RunTally:
 
     The sums grow as increments come, so a query (`stages`, `encoders`, asked every quarter second while
     the read waits for room) costs the same an hour into a run as at its start; rebuilt from every call,
-    it took 330 ms at 100,000 encoder calls. A keyed call is kept only as its share of the sums (`_Share`,
-    about a quarter of its increment), which a retry of the call takes back before adding its own; the rest of
-    an encoder's increment (its compiled shapes, cache counts, where it runs) is kept as that encoder's latest.
+    it took 330 ms at 100,000 encoder calls. A call is kept only as its share of the sums (`_Share`, about a
+    quarter of its increment), which a retry of the call takes back before adding its own, and only while a
+    retry may come: the worker's last RETRY_WINDOW calls. The rest of an encoder's increment (its compiled
+    shapes, cache counts, where it runs) is kept as that encoder's latest. So the tally holds the same
+    whatever the number of calls.
 
     The job runs it as a Ray actor (pipeline.run.job); the capacity planner in its own process.
     """
 
     def __init__(self):
         self.table = StageTable()
-        self.shares: dict[str, _Share] = {}  # per keyed call, what it added
+        self.shares: dict[str, _Share] = {}  # per call a retry may still replace, what it added
+        self.recent: dict[str, collections.deque] = {}  # per worker, its last RETRY_WINDOW (call, share)
         self.encoded: dict[str, EncodeStats] = {}  # per encoder worker, its calls' counts
         self.latest: dict[str, Increment] = {}  # per encoder worker, its last increment
         self.recorded_at = time.monotonic()  # when the last increment came
@@ -261,7 +281,13 @@ class RunTally:
             replaced = self.shares.pop(increment.call, None)
             if replaced is not None:
                 self._take_back(replaced)
-            self.shares[increment.call] = _Share.of(increment)
+            share = self.shares[increment.call] = _Share.of(increment)
+            recent = self.recent.setdefault(increment.worker, collections.deque())
+            recent.append((increment.call, share))
+            if len(recent) > RETRY_WINDOW:
+                call, old = recent.popleft()
+                if self.shares.get(call) is old:  # not since replaced by a retry
+                    del self.shares[call]
         self.table.add(increment.stages)
         if increment.encoder is not None:
             self.encoded.setdefault(increment.worker, EncodeStats()).add(increment.encoder.stats)

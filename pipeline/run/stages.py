@@ -14,6 +14,7 @@ and a hundred MB each for it, beside an encoder that needs the cores.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -36,6 +37,7 @@ from pipeline.schemas import (
     GROUP_NAMES,
     error_row,
     is_error,
+    rows_digest,
 )
 from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
 
@@ -63,8 +65,9 @@ def extract_block(
     stage stays a plain call without Ray (pipeline.run.capacity, tests).
     """
     clock = StageClock(record)
-    rows = []
     items = batch.to_pylist()
+    clock.begin(f"read:{_work_digest(items)}")
+    rows = []
     with clock.timing("read") as counts:
         # The block's files are fetched side by side: object storage is latency-bound.
         files = [r for r in items if r["kind"] not in SHARD_KINDS]
@@ -111,6 +114,12 @@ def extract_block(
     clock.send()
     if rows:
         yield pa.Table.from_pylist(rows, schema=DOC_SCHEMA)
+
+
+def _work_digest(items: list[dict]) -> str:
+    """Names a read call by its work rows: each is a file or a shard's unit of one group, read once a run."""
+    keys = sorted(f"{r['uri']}\0{r['unit_start']}\0{r['group']}" for r in items)
+    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
 
 
 def _unit(row: dict) -> ShardUnit:
@@ -180,6 +189,7 @@ class ChunkBlock:
         self.packer = None if call_packs is None else Packer(chunking.max_tokens, call_packs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        self.clock.begin(f"chunk:{rows_digest(batch)}")
         rows = []
         for doc in batch.to_pylist():
             group = {name: doc[name] for name in GROUP_NAMES}

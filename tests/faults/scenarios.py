@@ -114,6 +114,11 @@ def check_exactly_once(output: str, expected: set[str], report: RunReport) -> Ta
     assert counts["docs_ok"] + counts["docs_failed"] == success["output"]["documents"] == len(expected)
     assert counts["chunks"] == read_table(output).num_rows and counts["docs_failed"] == read_errors(output).num_rows
     assert (report.docs_ok, report.docs_failed) == (counts["docs_ok"], counts["docs_failed"])
+    # The stages' counts too: a call Ray retried after its actor died replaced its first attempt's report.
+    stages = success["stages"]
+    assert stages["read"]["docs"] == len(expected), stages["read"]
+    assert stages["encode"]["chunks"] == counts["chunks"], stages["encode"]
+    assert stages["write"]["rows"] == counts["chunks"] + counts["docs_failed"], stages["write"]
     return t
 
 

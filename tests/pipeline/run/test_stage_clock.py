@@ -2,7 +2,16 @@ import collections
 import time
 
 from pipeline.encode.batching import EncodeStats
-from pipeline.run.stage_clock import EncoderCall, Flow, Increment, RunTally, StageClock, StageTable, StageTotals
+from pipeline.run.stage_clock import (
+    RETRY_WINDOW,
+    EncoderCall,
+    Flow,
+    Increment,
+    RunTally,
+    StageClock,
+    StageTable,
+    StageTotals,
+)
 
 
 def test_a_clock_sends_what_it_timed_since_the_last_send():
@@ -86,6 +95,42 @@ def test_a_retried_encoder_call_counts_once():
     encode = tally.stages().stages["encode"]
     assert (encode.busy_s, encode.counts["tokens"], encode.counts["rows_in"]) == (5.0, 200, 2)
     assert encoders["host:2"].pid == 2 and encoders["host:2"].compiled_shapes == ((4, 32),)
+
+
+def test_a_retried_cpu_stage_call_counts_once_and_a_clock_names_each_send_of_a_call():
+    """Every stage names its calls by what they took (`begin`): a retry of the call on a restarted actor, another
+    process, sends the same names, and replaces what the first attempt sent."""
+    tally = RunTally()
+    first, retry = StageClock(tally.record), StageClock(tally.record)
+    retry.worker = "host:2"
+    for clock, calls in ((first, ["read:a", "read:b"]), (retry, ["read:b"])):
+        for call in calls:
+            clock.begin(call)
+            for _ in range(2):  # a call streaming two shards sends at the end of each
+                with clock.timing("read") as counts:
+                    counts["docs"] += 3
+                clock.send()
+    assert tally.stages().stages["read"].counts["docs"] == 12
+    assert set(tally.shares) == {"read:a/0", "read:a/1", "read:b/0", "read:b/1"}
+    assert tally.shares["read:b/0"].worker == "host:2"
+
+
+def test_the_tally_forgets_a_workers_calls_past_its_retry_window():
+    """Only a worker's last RETRY_WINDOW calls may still be retried: the tally holds as much after any number of
+    calls, and their counts stay in the sums."""
+    tally = RunTally()
+    clock = StageClock(tally.record)
+    for i in range(RETRY_WINDOW + 50):
+        clock.begin(f"chunk:{i}")
+        clock.count("chunk", rows_in=1)
+        clock.send()
+    assert len(tally.shares) == RETRY_WINDOW and "chunk:49/0" not in tally.shares and "chunk:50/0" in tally.shares
+    assert tally.stages().stages["chunk"].counts["rows_in"] == RETRY_WINDOW + 50
+    # A retry within the window still replaces; the forgotten one would count again.
+    clock.begin("chunk:60")
+    clock.count("chunk", rows_in=1)
+    clock.send()
+    assert tally.stages().stages["chunk"].counts["rows_in"] == RETRY_WINDOW + 50
 
 
 def test_the_tally_keeps_a_keyed_call_as_its_share_alone():
