@@ -132,8 +132,9 @@ def is_error(row: dict) -> bool:
 def rows_digest(table: pa.Table) -> str:
     """A digest of the (doc_id, chunk_index) keys of `table`'s rows, in any order: the same rows, the same digest.
 
-    Names a part (a retried write lands on the same name) and an encoder call (a
-    retried call reports under the same key)."""
+    Names a part (a retried write lands on the same name), and the chunk, encode and
+    write stages' calls (a retried call reports under the same name:
+    `pipeline.run.stage_clock`). Rows without a chunk_index, documents, by their doc_id."""
     keys = table.column("doc_id").to_pylist()
     if "chunk_index" in table.column_names:
         keys = [f"{d}\0{c}" for d, c in zip(keys, table.column("chunk_index").to_pylist())]

@@ -612,7 +612,7 @@ def check_weights(spec: ModelSpec) -> None:
 def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -> Params:
     """A Dense module's `linear.weight` [out, in], `linear.bias` [out] and, for a residual between other sizes,
     `residual.weight` [out, in] -> w_IO, b_O and r_IO (`encoders.project`), float32; ModelError where one is
-    missing or of another shape than its config.json says."""
+    missing or of another shape than its config.json says, or where the file holds another."""
     wanted = {"linear.weight": (projection.out_features, projection.in_features)}
     if projection.bias:
         wanted["linear.bias"] = (projection.out_features,)
@@ -626,6 +626,9 @@ def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -
             raise ModelError(
                 f"{where}: tensor {name!r} has shape {tuple(tensors[name].shape)}, but its config.json implies {shape}"
             )
+    if unknown := sorted(set(tensors) - set(wanted)):
+        # sentence-transformers would load them into a module docembed does not run: refused, never skipped.
+        raise ModelError(f"{where} holds tensor {unknown[0]!r}, which its config.json does not imply")
     names = {"linear.weight": "w_IO", "linear.bias": "b_O", "residual.weight": "r_IO"}
     # The [out, in] matrices transposed to [in, out], as `project` multiplies them (.T leaves the bias as it is).
     return {names[name]: np.asarray(tensors[name], np.float32).T for name in wanted}

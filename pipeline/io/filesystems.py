@@ -34,7 +34,7 @@ from pipeline.errors import ConfigError, InputError, StorageError
 from pipeline.io.retries import NOT_FOUND, retrying
 from pipeline.io.uris import OBJECT_STORE_SCHEMES, check_location, is_uri, parse, redact, scheme_of
 
-S3_MAX_ATTEMPTS = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 800ms), unless AWS_MAX_ATTEMPTS says
+S3_RETRIES = 6  # per request, inside the AWS SDK (backoff 25ms, 50ms, ... 800ms), unless AWS_MAX_ATTEMPTS says
 GCS_RETRY_SECONDS = 60  # per request, inside google-cloud-cpp
 
 _ENV_OF_SCHEME = {
@@ -58,20 +58,20 @@ def env_key(scheme: str) -> tuple:
     return tuple(os.environ.get(name) for name in _ENV_OF_SCHEME.get(scheme, ()))
 
 
-def s3_max_attempts() -> int:
-    """Attempts per S3 request inside the AWS SDK: `AWS_MAX_ATTEMPTS`, the AWS SDKs' own variable, where set,
-    else S3_MAX_ATTEMPTS. boto3 (the listing) reads it itself, but only where no attempts are passed; pyarrow's
-    S3 filesystem not at all."""
+def s3_retries() -> int:
+    """Retries per S3 request inside the AWS SDK: `AWS_MAX_ATTEMPTS`, the AWS SDKs' own variable (attempts, the
+    first included), less one, where set; else S3_RETRIES. boto3 (the listing) reads the variable itself, but only
+    where no retries are passed; pyarrow's S3 filesystem not at all. Both take retries."""
     value = os.environ.get("AWS_MAX_ATTEMPTS")
     if value is None:
-        return S3_MAX_ATTEMPTS
+        return S3_RETRIES
     try:
         attempts = int(value)
     except ValueError:
         attempts = 0
     if attempts < 1:
         raise ConfigError(f"AWS_MAX_ATTEMPTS {value!r} is not a positive whole number")
-    return attempts
+    return attempts - 1
 
 
 def filesystem_for(location: str) -> tuple[pafs.FileSystem, str]:
@@ -105,7 +105,7 @@ def _object_store(scheme: str, bucket: str, env_key: tuple) -> pafs.FileSystem:
         return pafs.S3FileSystem(
             region=region or "us-east-1",
             endpoint_override=endpoint,
-            retry_strategy=pafs.AwsDefaultS3RetryStrategy(max_attempts=s3_max_attempts()),
+            retry_strategy=pafs.AwsDefaultS3RetryStrategy(max_attempts=s3_retries()),  # retries, as its doc says
             connect_timeout=10,
             request_timeout=60,
         )

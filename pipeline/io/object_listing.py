@@ -19,7 +19,7 @@ level: one sequential stream.
 
 Endpoints, regions and credentials come from the environment as in
 `pipeline.io.filesystems`. Each request is retried inside the SDK
-(`s3_max_attempts()`, GCS_RETRY_SECONDS) and each page again by `retrying`; what
+(`s3_retries()`, GCS_RETRY_SECONDS) and each page again by `retrying`; what
 still fails is `StorageError`, raised when the listing reaches that page.
 """
 
@@ -64,7 +64,7 @@ def _s3_client(env_key: tuple):
     from botocore.config import Config
 
     config = Config(
-        retries={"max_attempts": filesystems.s3_max_attempts(), "mode": "standard"},
+        retries={"max_attempts": filesystems.s3_retries(), "mode": "standard"},  # botocore's max_attempts: retries
         connect_timeout=10,
         read_timeout=60,
         max_pool_connections=PREFIXES_AHEAD + 2,

@@ -6,10 +6,13 @@ job, a message to the run's `RunTally` actor (pipeline.run.job); in this process
 (the capacity planner, benchmarks), `RunTally.record` itself. The stages know
 only that callable, never Ray.
 
-Every increment names the call it reports, by what the call took (`begin`):
-Ray retries a call whose actor died, and the retry's increment replaces the
-first attempt's, so every file, document and batch counts once. An encoder
-call's increment carries its encoder counts too. `StageTable` adds the
+Every stage names its calls by what they took (`begin`), and their increments
+with them: Ray retries a call whose actor died, and the retry's increment
+replaces the first attempt's, so every file, document and batch counts once
+(an increment without a name is added as it comes). A retry that takes other
+rows is another call: a shard whose first read failed partway hands the chunk
+stage other batches than its second, and the first attempt's counts stay. An
+encoder call's increment carries its encoder counts too. `StageTable` adds the
 stages up. A stage's utilisation is its busy time over its workers' share of
 the wall time: the stage nearest 100% is the bottleneck, and the others wait on
 it (their rate per busy second says how much headroom they have).
@@ -109,8 +112,9 @@ class StageClock:
 
     def begin(self, call: str) -> None:
         """Starts timing a call, named by what it took (its rows' keys, digested): the same rows, the same name,
-        however often Ray retries it. Its sends are named `call/0`, `call/1`, ... in turn."""
-        self.call, self.sent = call, 0
+        however often Ray retries it. Its sends are named `call/0`, `call/1`, ... in turn, and hold its own
+        timing alone: what a call that raised left unsent is dropped (the job fails with it)."""
+        self.call, self.sent, self.pending = call, 0, {}
 
     @contextlib.contextmanager
     def timing(self, stage: str) -> Iterator[collections.Counter]:
@@ -258,11 +262,11 @@ class RunTally:
 
     The sums grow as increments come, so a query (`stages`, `encoders`, asked every quarter second while
     the read waits for room) costs the same an hour into a run as at its start; rebuilt from every call,
-    it took 330 ms at 100,000 encoder calls. A call is kept only as its share of the sums (`_Share`, about a
-    quarter of its increment), which a retry of the call takes back before adding its own, and only while a
-    retry may come: the worker's last RETRY_WINDOW calls. The rest of an encoder's increment (its compiled
-    shapes, cache counts, where it runs) is kept as that encoder's latest. So the tally holds the same
-    whatever the number of calls.
+    it took a third of a second at 100,000 encoder calls. A call is kept only as its share of the sums
+    (`_Share`, about a quarter of its increment), which a retry of the call takes back before adding its own,
+    and only while a retry may come: its worker process's last RETRY_WINDOW calls. The rest of an encoder's
+    increment (its compiled shapes, cache counts, where it runs) is kept as that encoder's latest. So the
+    tally holds at most RETRY_WINDOW shares per worker process, whatever the number of calls.
 
     The job runs it as a Ray actor (pipeline.run.job); the capacity planner in its own process.
     """
@@ -294,16 +298,22 @@ class RunTally:
             self.latest[increment.worker] = increment
 
     def _take_back(self, share: _Share) -> None:
-        """Subtracts a replaced call's share. Its worker stays among its stages' workers: it ran the call."""
+        """Subtracts a replaced call's share. Its worker stays among its stages' workers, and its start and end
+        in their spans: it ran the call. A stage that only the replaced call reported leaves the table."""
         for name, busy_s, counts in share.stages:
             totals = self.table.stages[name]
-            totals.busy_s -= busy_s
+            totals.busy_s = max(0.0, totals.busy_s - busy_s)  # not -1e-17 from the floats' rounding
             totals.counts.subtract(dict(counts))
+            if totals.busy_s < 1e-9 and not any(totals.counts.values()):
+                del self.table.stages[name]
         if share.stats is not None:
             self.encoded[share.worker].subtract(share.stats)
 
     def stages(self) -> StageTable:
-        return self.table
+        """A copy of the sums, which go on growing."""
+        table = StageTable()
+        table.add(self.table.stages)
+        return table
 
     def encoders(self) -> dict[str, EncoderTotals]:
         """Per encoder process ("host:pid"; a restarted actor is a new one): its batches, counted once."""

@@ -149,7 +149,7 @@ def test_storage_down_fails_loudly_then_resume_completes(stores, servers, storag
         watcher.start()
         started = time.time()
         try:
-            # One attempt per request in the driver's AWS SDK (the module's Ray workers keep their 6): its failure
+            # One attempt per request in the driver's AWS SDK (the module's Ray workers keep their 7): its failure
             # comes in 12 s, not 18.
             env = {**os.environ, "RAY_ADDRESS": storage_ray, "AWS_MAX_ATTEMPTS": "1"}
             run = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True)
@@ -190,7 +190,7 @@ def test_a_listing_failing_midway_fails_in_one_line_then_the_rerun_completes(sto
     # Each failing page is still retried by `retrying`; the AWS SDK's own retries of it (backing off up to
     # 20 s each) would only add minutes. A fresh client cache, so the one-attempt client ends with the test.
     monkeypatch.setattr(retries, "BACKOFF_SECONDS", 0.01)
-    monkeypatch.setattr(filesystems, "S3_MAX_ATTEMPTS", 1)
+    monkeypatch.setattr(filesystems, "S3_RETRIES", 1)
     monkeypatch.setattr(object_listing, "_s3_client", functools.lru_cache(object_listing._s3_client.__wrapped__))
     check = job._listing_with_documents
 

@@ -498,6 +498,11 @@ def test_dense_modules_not_implemented_or_broken_are_one_model_error(tmp_path, b
             r"\(24, 40\)",
         ),
         ({"weight": np.zeros((24, 40), np.float32)}, "3_Dense/model.safetensors lacks tensor 'linear.weight'"),
+        # A residual's matrix where the config asks for none, as a bias would be where it says bias false.
+        (
+            {"linear.weight": np.zeros((24, 40), np.float32), "residual.weight": np.zeros((24, 40), np.float32)},
+            "3_Dense/model.safetensors holds tensor 'residual.weight', which its config.json does not imply",
+        ),
     ],
 )
 def test_dense_weights_that_contradict_the_config_are_refused_by_the_check_and_the_load(tmp_path, tensors, message):

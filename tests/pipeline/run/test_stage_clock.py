@@ -1,6 +1,8 @@
 import collections
 import time
 
+import pytest
+
 from pipeline.encode.batching import EncodeStats
 from pipeline.run.stage_clock import (
     RETRY_WINDOW,
@@ -113,6 +115,39 @@ def test_a_retried_cpu_stage_call_counts_once_and_a_clock_names_each_send_of_a_c
     assert tally.stages().stages["read"].counts["docs"] == 12
     assert set(tally.shares) == {"read:a/0", "read:a/1", "read:b/0", "read:b/1"}
     assert tally.shares["read:b/0"].worker == "host:2"
+
+
+def test_a_retry_that_reports_fewer_stages_takes_the_others_back_whole():
+    """A read whose first attempt extracted a file and whose retry could not read it: the extraction leaves the
+    table, with no busy time left below zero; what the tally hands out is a copy of its sums."""
+    tally = RunTally()
+    first, retry = StageClock(tally.record), StageClock(tally.record)
+    retry.worker = "host:2"
+    for clock, stages in ((first, ("read", "extract")), (retry, ("read",))):
+        clock.begin("read:a")
+        for stage in stages:
+            with clock.timing(stage) as counts:
+                counts["docs"] += 1
+        clock.send()
+    table = tally.stages()
+    assert set(table.stages) == {"read"} and table.stages["read"].counts["docs"] == 1
+    table.stages["read"].counts["docs"] = 99
+    assert tally.stages().stages["read"].counts["docs"] == 1
+
+
+def test_a_call_sends_its_own_timing_alone():
+    """What a call that raised left unsent is not sent under the next call's name."""
+    tally = RunTally()
+    clock = StageClock(tally.record)
+    clock.begin("chunk:a")
+    with pytest.raises(ValueError), clock.timing("chunk") as counts:
+        counts["chunks"] += 5
+        raise ValueError("a call that fails")
+    clock.begin("chunk:b")
+    with clock.timing("chunk") as counts:
+        counts["chunks"] += 1
+    clock.send()
+    assert tally.stages().stages["chunk"].counts["chunks"] == 1 and set(tally.shares) == {"chunk:b/0"}
 
 
 def test_the_tally_forgets_a_workers_calls_past_its_retry_window():
