@@ -49,7 +49,7 @@ def test_a_call_of_packs_embeds_each_chunk_once_errors_null_and_pads_little():
     stats = call.encoder.stats
     assert stats.real_tokens == sum(len(t) for t in unpack(packs).column("token_ids").to_pylist())
     assert stats.real_tokens / stats.computed_tokens >= 0.97
-    assert call.call == rows_digest(unpack(packs))
+    assert call.call == f"encode:{rows_digest(unpack(packs))}/0"  # named by its rows: a retry replaces it
     # What ran, for the report: `auto` named the kernels it chose for each shape traced in this process
     # (this encoder's, and any other's the process ran before it).
     ran = call.encoder.ran
