@@ -17,6 +17,7 @@ through untouched and the sink writes to `errors/` as ERRORS_SCHEMA.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -138,4 +139,9 @@ def rows_digest(table: pa.Table) -> str:
     keys = table.column("doc_id").to_pylist()
     if "chunk_index" in table.column_names:
         keys = [f"{d}\0{c}" for d, c in zip(keys, table.column("chunk_index").to_pylist())]
+    return keys_digest(keys)
+
+
+def keys_digest(keys: Iterable[str]) -> str:
+    """16 hex digits of the sha256 of `keys`, in any order: the same set of keys, the same digest."""
     return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()[:16]

@@ -174,6 +174,15 @@ class StageTable:
         for stage, totals in increments.items():
             self.stages.setdefault(stage, StageTotals()).add(totals)
 
+    def subtract(self, stage: str, busy_s: float, counts: dict[str, int]) -> None:
+        """Takes back what a call added to `stage`. Its worker stays among the stage's workers, and its start and
+        end in its span: it ran the call. A stage left with nothing leaves the table."""
+        totals = self.stages[stage]
+        totals.busy_s = max(0.0, totals.busy_s - busy_s)  # not -1e-17 from the floats' rounding
+        totals.counts.subtract(counts)
+        if totals.busy_s < 1e-9 and not any(totals.counts.values()):
+            del self.stages[stage]
+
     def utilisation(self, stage: str, wall_s: float) -> float:
         """Busy time over the time its workers had: 1.0 is a stage that never waited."""
         totals = self.stages[stage]
@@ -298,14 +307,9 @@ class RunTally:
             self.latest[increment.worker] = increment
 
     def _take_back(self, share: _Share) -> None:
-        """Subtracts a replaced call's share. Its worker stays among its stages' workers, and its start and end
-        in their spans: it ran the call. A stage that only the replaced call reported leaves the table."""
+        """Subtracts a replaced call's share from the sums."""
         for name, busy_s, counts in share.stages:
-            totals = self.table.stages[name]
-            totals.busy_s = max(0.0, totals.busy_s - busy_s)  # not -1e-17 from the floats' rounding
-            totals.counts.subtract(dict(counts))
-            if totals.busy_s < 1e-9 and not any(totals.counts.values()):
-                del self.table.stages[name]
+            self.table.subtract(name, busy_s, dict(counts))
         if share.stats is not None:
             self.encoded[share.worker].subtract(share.stats)
 

@@ -14,7 +14,6 @@ and a hundred MB each for it, beside an encoder that needs the cores.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -37,6 +36,7 @@ from pipeline.schemas import (
     GROUP_NAMES,
     error_row,
     is_error,
+    keys_digest,
     rows_digest,
 )
 from pipeline.text.chunking import ChunkingConfig, chunk_document, join_pages
@@ -118,8 +118,7 @@ def extract_block(
 
 def _work_digest(items: list[dict]) -> str:
     """Names a read call by its work rows: each is a file or a shard's unit of one group, read once a run."""
-    keys = sorted(f"{r['uri']}\0{r['unit_start']}\0{r['group']}" for r in items)
-    return hashlib.sha256("\n".join(keys).encode()).hexdigest()[:16]
+    return keys_digest(f"{r['uri']}\0{r['unit_start']}\0{r['group']}" for r in items)
 
 
 def _unit(row: dict) -> ShardUnit:
