@@ -96,7 +96,7 @@ $(DAFT_VENV)/.installed:
 	touch $@
 
 # Every benchmark in turn (the bench venv has what each needs; `make bench-list` says what that is).
-BENCHMARKS := attention encoder peers dense int8_accuracy xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline window daft_peer storage listing faults shards compressed_shards
+BENCHMARKS := attention encoder peers dense int8_accuracy xla_cpu xla_flags profile_encoder families extract chunking retrieval pipeline window daft_peer storage commits listing faults shards compressed_shards
 bench: $(BENCH_VENV)/.installed $(FASTEMBED_VENV)/.installed $(DAFT_VENV)/.installed
 	@for b in $(BENCHMARKS); do echo "== bench/$$b.py"; $(BENCH_VENV)/bin/python bench/$$b.py || exit 1; done
 

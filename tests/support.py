@@ -36,6 +36,23 @@ def wait_for_idle_cluster(timeout: float = 60) -> None:
     raise AssertionError(f"the cluster's resources are still held: {ray.available_resources()}")
 
 
+# What a run records of itself in `_docembed.json`, for tests of the output's bookkeeping without a run.
+MANIFEST = {
+    "fingerprint": "f" * 16,
+    "model": "m",
+    "model_fingerprint": "mf",
+    "max_tokens": 10,
+    "overlap": 2,
+    "dtype": "float32",
+    "inputs": ["/d/"],
+}
+
+
+def keeping(markers: list):
+    """A ledger's `committed` (`Ledger.add`) that keeps each marker as it lands."""
+    return lambda marker, done: markers.append(marker)
+
+
 def listing(uris: list[str], size: int = 1):
     """Listing entries (uri, kind, size) of files not on disk, as `pipeline.io.listing.list_pages` gives them."""
     import pyarrow as pa

@@ -10,7 +10,11 @@ import pyarrow.fs as pafs
 from pipeline.io import filesystems as storage
 from pipeline.output.layout import PARTS_DIRS
 
-_THREADS = 16  # concurrent small reads and deletes against object storage
+# Requests side by side against object storage, for the many small reads, writes and deletes of bookkeeping
+# files and parts: each is tens of milliseconds of a cloud store's latency, and little CPU. A part or a
+# done-marker is about seven requests (`write_file`): one at a time at 30 ms a request, a writer or the driver
+# committed 4 groups a second, 16 at a time 39 and 49 (BENCHMARKS.md, "Done-markers and parts side by side").
+IN_FLIGHT = 16
 
 
 def list_parts(fs: pafs.FileSystem, root: str) -> set[str]:
@@ -34,10 +38,15 @@ def dumps(obj) -> bytes:
 
 
 def parallel(fn, items: list) -> list:
+    """`fn` of each item, IN_FLIGHT at a time; the first failure is raised once those running have ended, and
+    the items not yet started are dropped."""
     if len(items) <= 1:
         return [fn(i) for i in items]
-    with concurrent.futures.ThreadPoolExecutor(min(_THREADS, len(items))) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(min(IN_FLIGHT, len(items)))
+    try:
         return list(pool.map(fn, items))
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def _rel(root: str, path: str) -> str:

@@ -291,7 +291,7 @@ def _run_on_ray(
 ) -> RunReport | None:
     cfg, placement, fields, manifest = placed
     salt = f"{FORMAT}|{manifest['fingerprint']}|{fields.id}|{fields.text}"
-    opened = _open(cfg, manifest, listing)
+    opened = _open(cfg, manifest, listing, still_held)
     if opened is None:
         return None
     state, ledger, pages = opened
@@ -331,6 +331,7 @@ def _run_on_ray(
         )
     finally:
         recorder.stop()
+        ledger.close()  # before the coordinator, which a marker landing tells
         ray.kill(coordinator)
     report.inputs, report.skipped = recorder.inputs, recorder.skipped
     report.first_group_seconds = ledger.first_done_at and ledger.first_done_at - started
@@ -346,7 +347,7 @@ def _run_on_ray(
 
 
 def _open(
-    cfg: JobConfig, manifest: dict, listing: Iterator[Page]
+    cfg: JobConfig, manifest: dict, listing: Iterator[Page], still_held: Callable[[], None]
 ) -> tuple[Resume, Ledger, Iterator[Page] | None] | None:
     """Opens the output (only now, with every argument checked, is anything written): what it holds, the ledger
     that knows its recorded groups, and the listing's pages still to record (None: recorded whole). None when the
@@ -364,7 +365,7 @@ def _open(
             "" if record.complete else " (the listing goes on after the recorded part)",
         )
     _say_recorded_group_size(record, cfg.group_size)
-    ledger = Ledger(cfg.output, state)
+    ledger = Ledger(cfg.output, state, still_held)
     ledger.expect(record.groups)
     if record.complete:
         pages = None
@@ -426,8 +427,8 @@ def _run_groups(
     still_held: Callable[[], None],
 ) -> None:
     """Streams the groups through the stages as the listing is recorded; the ledger marks each group done as its
-    last part lands, and the read's window follows what the committed groups held. A failed listing stops the
-    stages (its read fails) and is raised as itself.
+    last part lands (its marker written beside the loop), and the read's window follows what the committed groups
+    held. A failed listing stops the stages (its read fails) and is raised as itself.
 
     The writers' summary rows come from the run's coordinator (`recorder.feed`), which has them before a writer's
     block leaves it, so each block seen here means its rows are there to take. The blocks themselves (empty)
@@ -435,16 +436,16 @@ def _run_groups(
     exception leaving the loop does at once. A run whose output another run has taken over (`still_held`) stops
     before its next commit.
     """
+
+    def committed(marker: dict, done: int) -> None:  # in the ledger's thread that wrote the marker
+        recorder.feed.commit.remote(done, window.committed(marker["counts"]))  # the read's window counts commits
+
     with storage_failures_in_one_line():
         try:
             for _ in ds.iter_internal_ref_bundles():
                 still_held()
-                counted, markers = ledger.add(ray.get(recorder.feed.take_written.remote()))
-                report.add_summaries(counted)
-                for marker in markers:
-                    window.committed(marker["counts"])
-                if markers:  # the read may go on: its window counts commits
-                    recorder.feed.commit.remote(ledger.done, window.groups)
+                report.add_summaries(ledger.add(ray.get(recorder.feed.take_written.remote()), committed))
+            ledger.landed()
         except Interrupted:
             recorder.stop()
             raise

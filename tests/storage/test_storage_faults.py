@@ -1,15 +1,25 @@
-"""Storage through S3 and GCS servers that drop and slow requests: retried reads, writes and shard reads."""
+"""Storage through S3 and GCS servers that drop and slow requests: retried reads, writes and shard reads; commits
+side by side."""
 
 from __future__ import annotations
 
 import json
+import threading
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.errors import StorageError
 from pipeline.io import filesystems, retries, shards
 from pipeline.io.shards import iter_shard
+from pipeline.output import resume, sink
+from pipeline.output.layout import marker_path
+from pipeline.output.ledger import Ledger
+from pipeline.schemas import embedded_schema
+
+from support import MANIFEST, keeping
 
 ROWS = 150
 
@@ -96,3 +106,40 @@ def test_a_write_stopped_midway_leaves_nothing_at_its_name(faulty_store):
     assert fs.get_file_info(pafs.FileSelector(f"{root}/_staging", allow_not_found=True)) == []
     filesystems.write_file(fs, f"{root}/part.parquet", b"whole body", f"{root}/_staging")
     assert filesystems.read_bytes(f"{scheme}://units/part.parquet") == b"whole body"
+
+
+def test_a_writer_call_commits_its_groups_side_by_side_and_the_ledger_its_markers(faulty_store, servers, monkeypatch):
+    """On an object store a part or a marker is a few requests of its latency (`bench/commits.py`): the groups of
+    a writer call, and the markers of the groups complete, are written side by side, each whole."""
+    scheme, _ = faulty_store
+    servers.make_bucket(scheme, "side")
+    output = f"{scheme}://side/out"
+    state = resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    groups = [f"g{i}" for i in range(4)]
+    real_write = filesystems.write_file
+    together = threading.Barrier(len(groups), timeout=30)  # passes only with all four writes in flight at once
+
+    def write_file(*args):
+        together.wait()
+        real_write(*args)
+
+    monkeypatch.setattr(filesystems, "write_file", write_file)
+    rows = [
+        {"doc_id": f"{g}.txt", "chunk_index": 0, "text": "x", "n_tokens": 3, "embedding": [1.0, 0.0], "group": g}
+        | {"group_docs": 1, "doc_chunks": 1}
+        for g in groups
+    ]
+    summaries = sink.write_block(pa.Table.from_pylist(rows, schema=embedded_schema(2)), output)
+    assert [s["group"] for s in summaries] == groups
+    ledger = Ledger(output, state)
+    ledger.expect(dict.fromkeys(groups, 1))
+    markers = []
+    ledger.add(summaries, keeping(markers))
+    ledger.landed()
+    assert sorted(m["group"] for m in markers) == groups
+    ledger.finish()
+    fs, root = filesystems.filesystem_for(output)
+    for marker in markers:
+        assert json.loads(filesystems.read_file(fs, f"{root}/{marker_path(marker['group'])}")) == marker
+        (part,) = marker["parts"]
+        assert pq.read_table(f"{root}/{part}", filesystem=fs).column("doc_id").to_pylist() == [f"{marker['group']}.txt"]

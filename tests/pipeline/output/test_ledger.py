@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -11,15 +13,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.errors import OutputError, StorageError
+from pipeline.io import filesystems as storage
 from pipeline.io import retries
 from pipeline.io.filesystems import filesystem_for
-from pipeline.output import inputs, resume, sink
+from pipeline.output import files, inputs, resume, sink
 from pipeline.output.fingerprint import same_run
 from pipeline.output.groups import record_groups
 from pipeline.output.ledger import Ledger
 from pipeline.schemas import SUMMARY_SCHEMA
 
-from support import listing, text_files
+from support import MANIFEST, keeping, listing, text_files
 
 
 def chunk_rows(group: str, doc: str, n: int, group_docs=None, start: int = 0, stop: int | None = None) -> list[dict]:
@@ -84,15 +87,6 @@ SCHEMA = pa.schema(
         ("doc_chunks", pa.int32()),
     ]
 )
-MANIFEST = {
-    "fingerprint": "f" * 16,
-    "model": "m",
-    "model_fingerprint": "mf",
-    "max_tokens": 10,
-    "overlap": 2,
-    "dtype": "float32",
-    "inputs": ["/d/"],
-}
 
 
 def write(rows: list[dict], output: str) -> list[dict]:
@@ -140,18 +134,27 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
     (g, (a, b)), (s, _) = groups.items()
 
     # Rows arrive split across writer calls, a later chunk before the first one, groups mixed.
+    markers = []
     first = write(chunk_rows(g, a, 3, 2, start=1) + chunk_rows(s, "/d/s.jsonl#1", 1), output)
-    assert ledger.add(first) == (first, [])
+    assert ledger.add(first, keeping(markers)) == first
+    ledger.landed()
+    assert markers == [] and ledger.done == 0
     second = write(chunk_rows(g, a, 3, 2, stop=1) + [error_row(g, b, 2)], output)
-    counted, [marker] = ledger.add(second[:1])
-    assert counted == second[:1]
-    assert marker is not None and marker["counts"]["docs_ok"] == 1 and marker["counts"]["docs_failed"] == 1
+    assert ledger.add(second[:1], keeping(markers)) == second[:1]
+    ledger.landed()
+    [marker] = markers
+    assert marker["counts"]["docs_ok"] == 1 and marker["counts"]["docs_failed"] == 1
     assert len(marker["parts"]) == 3  # two embeddings parts, one errors part
+    assert (tmp_path / "out" / "_groups" / f"{g}.json").exists() and ledger.done == 1
     # The same summaries again: a retried write, counted once, in the ledger and in what it hands the report.
-    assert ledger.add(second[:1]) == ([], []) and ledger.add(first) == ([], [])
+    assert ledger.add(second[:1], keeping(markers)) == [] and ledger.add(first, keeping(markers)) == []
     # The shard's count comes with its last document.
-    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, stop=1), output)[:1])[1] == []
-    assert ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, start=1), output)[:1])[1] != []
+    ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, stop=1), output)[:1], keeping(markers))
+    ledger.landed()
+    assert len(markers) == 1
+    ledger.add(write(chunk_rows(s, "/d/s.jsonl#2", 2, 2, start=1), output)[:1], keeping(markers))
+    ledger.landed()
+    assert len(markers) == 2 and ledger.done == 2 and ledger.todo == 0
     ledger.finish()
     assert ledger.documents == 4
     assert {p.name for p in (tmp_path / "out" / "_groups").iterdir()} == {f"{g}.json", f"{s}.json"}
@@ -164,6 +167,91 @@ def test_a_group_is_done_only_when_every_row_of_every_document_is_written(tmp_pa
         ("/d/s.jsonl#2", 0),
         ("/d/s.jsonl#2", 1),
     ]
+
+
+def complete_groups(output: str, count: int) -> tuple[Ledger, list[dict]]:
+    """`count` recorded groups of one file each, and one writer summary that completes each."""
+    resume.open_output(output, overwrite=False, manifest=MANIFEST)
+    groups = record(output, text_files(count), 1)
+    _, ledger = opened(output)
+    return ledger, [s for g, (doc,) in groups.items() for s in write(chunk_rows(g, doc, 1, 1), output)]
+
+
+def write_after(monkeypatch, wait) -> None:
+    """Each write of the output's files (the ledger's markers) once `wait()` has returned."""
+    real_write = storage.write_file
+
+    def write_file(*args):
+        wait()
+        real_write(*args)
+
+    monkeypatch.setattr(storage, "write_file", write_file)
+
+
+def test_markers_are_written_side_by_side_and_each_group_is_done_once_its_marker_lands(tmp_path, monkeypatch):
+    # On an object store a marker is a few requests of its latency: one at a time they would cap the commits.
+    output = str(tmp_path / "out")
+    ledger, summaries = complete_groups(output, 3)
+    together = threading.Barrier(3, timeout=10)  # passes only with three markers in flight at once
+    landing = threading.Event()
+    write_after(monkeypatch, lambda: (together.wait(), landing.wait(30)))
+    landed = []
+    assert ledger.add(summaries, lambda marker, done: landed.append((marker["group"], done))) == summaries
+    time.sleep(0.2)
+    assert (landed, ledger.done, ledger.todo) == ([], 0, 3)  # complete, not done: no marker has landed
+    landing.set()
+    ledger.landed()
+    assert sorted(group for group, _ in landed) == sorted(s["group"] for s in summaries)
+    assert sorted(done for _, done in landed) == [1, 2, 3]  # each with the groups done once it had landed
+    assert (ledger.done, ledger.todo) == (3, 0)
+    ledger.finish()
+    assert len(resume.open_output(output, overwrite=False, manifest=MANIFEST).done) == 3
+
+
+def test_a_marker_that_does_not_land_fails_the_run_and_its_group_is_redone(tmp_path, monkeypatch):
+    output = str(tmp_path / "out")
+    ledger, summaries = complete_groups(output, 3)
+    lost = summaries[1]["group"]
+    real_write = storage.write_file
+
+    def write_file(fs, path, data, staging):
+        if lost in path:
+            raise StorageError("output: still failing after 6 attempts: SlowDown")
+        real_write(fs, path, data, staging)
+
+    monkeypatch.setattr(storage, "write_file", write_file)
+    markers = []
+    ledger.add(summaries, keeping(markers))
+    with pytest.raises(StorageError, match="SlowDown"):
+        ledger.landed()
+    assert len(markers) == ledger.done == 2 and lost not in {m["group"] for m in markers}
+    with pytest.raises(StorageError, match="SlowDown"):  # the driver's next block meets it too
+        ledger.add([], keeping(markers))
+    with pytest.raises(StorageError, match="SlowDown"):
+        ledger.finish()
+    assert set(resume.open_output(output, overwrite=False, manifest=MANIFEST).done) == {
+        s["group"] for s in summaries
+    } - {lost}
+
+
+def test_a_stopped_run_waits_for_the_markers_being_written_and_drops_the_rest(tmp_path, monkeypatch):
+    # Ctrl-C or a failure: no marker may land once the run has let go of its output, nor tell its stopped read.
+    monkeypatch.setattr(files, "IN_FLIGHT", 2)
+    output = str(tmp_path / "out")
+    ledger, summaries = complete_groups(output, 3)
+    writing, go_on = threading.Semaphore(0), threading.Event()
+    write_after(monkeypatch, lambda: (writing.release(), go_on.wait(30)))
+    markers = []
+    ledger.add(summaries, keeping(markers))
+    assert writing.acquire(timeout=10) and writing.acquire(timeout=10)  # two being written, the third queued
+    closing = threading.Thread(target=ledger.close)
+    closing.start()
+    closing.join(0.3)
+    assert closing.is_alive()  # it waits for the two being written
+    go_on.set()
+    closing.join(10)
+    assert not closing.is_alive() and markers == []
+    assert len(list((tmp_path / "out" / "_groups").iterdir())) == 2  # the queued one was never written
 
 
 def test_committed_parts_gone_at_the_end_are_one_output_error_and_the_rerun_redoes_their_group(tmp_path):
@@ -199,6 +287,7 @@ def test_resume_keeps_done_groups_and_deletes_everything_else(tmp_path):
     _, ledger = opened(output)
     for doc in members:
         ledger.add(write(chunk_rows(done, doc, 1, 2), output))
+    ledger.landed()
     write(chunk_rows(unfinished, others[0], 1, 2), output)  # its group never completes
     (tmp_path / "out" / "_staging" / "leftover.parquet").write_bytes(b"partial")
     stale = tmp_path / "out" / "_groups" / "0123456789abcdef0123.json"

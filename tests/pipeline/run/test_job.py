@@ -1,6 +1,7 @@
 """The whole job on a real local Ray: samples, broken documents, the output contract."""
 
 import dataclasses
+import itertools
 import json
 import logging
 import logging.handlers
@@ -21,8 +22,9 @@ from pipeline import Embedder, JobConfig, run_job
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import place_encoders
-from pipeline.errors import ConfigError, OutputError
+from pipeline.errors import ConfigError, OutputError, StorageError
 from pipeline.extract.sandbox import ExtractConfig
+from pipeline.io import filesystems as storage
 from pipeline.results import embedding_matrix, read_errors, read_report, read_table
 from pipeline.run import job
 from pipeline.run.job import ENCODE_CALL_BATCHES, encode_call_packs
@@ -296,6 +298,33 @@ def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_l
     assert "after the listing" in " ".join(after.filter(pc.field("doc_id") == edited).column("text").to_pylist())
 
     assert run_job(dataclasses.replace(cfg, overwrite=True)).inputs == 6
+
+
+def test_a_marker_that_cannot_be_written_fails_the_run_and_the_rerun_completes(ray_local, tmp_path, monkeypatch):
+    """The driver writes done-markers beside its loop (`Ledger`): one that fails ends the run with its error, no
+    later group's marker tells the stopped read anything, and the rerun redoes the group and finishes."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(SAMPLES / "text", corpus)
+    cfg = JobConfig(inputs=(str(corpus),), output=str(tmp_path / "out"), group_size=2)
+    real_write, markers = storage.write_file, itertools.count()
+
+    def write_file(fs, path, data, staging):
+        if "/_groups/" in path and next(markers) == 1:
+            raise StorageError(f"cannot write {path}: SlowDown")
+        real_write(fs, path, data, staging)
+
+    with monkeypatch.context() as m:
+        m.setattr(storage, "write_file", write_file)  # the driver's writes: the stages' processes write as they do
+        with pytest.raises(StorageError, match="SlowDown"):
+            run_job(cfg)
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    report = run_job(cfg)
+    success = read_report(str(tmp_path / "out"))
+    assert 1 <= success["output"]["groups_resumed"] <= 2 and success["output"]["groups"] == 3
+    assert report.docs_ok == success["output"]["documents"] == 5
+    chunks = read_table(str(tmp_path / "out"))
+    keys = list(zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_index").to_pylist()))
+    assert len(keys) == len(set(keys)) and {d for d, _ in keys} == {str(p) for p in corpus.iterdir()}
 
 
 def test_a_resume_keeps_the_recorded_groups_and_says_a_new_group_size_applies_only_after_them(
