@@ -13,7 +13,7 @@ from pipeline.output.layout import PARTS_DIRS
 # Requests side by side against object storage, for the many small reads, writes and deletes of bookkeeping
 # files and parts: each is tens of milliseconds of a cloud store's latency, and little CPU. A part or a
 # done-marker is about seven requests (`write_file`): one at a time at 30 ms a request, a writer or the driver
-# committed 4 groups a second, 16 at a time 39 and 49 (BENCHMARKS.md, "Done-markers and parts side by side").
+# committed 4 groups a second, 16 at a time 40 and 54 (BENCHMARKS.md, "Done-markers and parts side by side").
 IN_FLIGHT = 16
 
 
