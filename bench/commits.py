@@ -1,11 +1,12 @@
 """How fast a run commits groups on an object store: parts and done-markers one at a time against side by side.
 
-    .venv/bin/python bench/commits.py [--groups 192] [--latency-ms 0,30] [--in-flight 1,16] [--rounds 2]
+    .venv/bin/python bench/commits.py [--stores s3] [--groups 192] [--latency-ms 0,30] [--in-flight 1,16]
+        [--rounds 2]
 
-An output on moto's S3 server, reached through the tests' fault proxy
-(`tests/storage/storage_servers.py`), which delays every request by
---latency-ms: a cloud object store's small PUT, HEAD or copy takes tens of
-milliseconds, moto on 127.0.0.1 about one. Each group is one tiny document's
+An output on moto's S3 server or the GCS emulator, each reached through the
+tests' fault proxy (`tests/storage/storage_servers.py`), which delays every
+request by --latency-ms: a cloud object store's small PUT, HEAD or copy takes
+tens of milliseconds, these servers on 127.0.0.1 about one. Each group is one tiny document's
 chunk row. The writer's side (`sink.write_block`, a writer actor's call) gets
 them in blocks of 32 groups, about what one encoder call of tiny files holds,
 and commits a part per group; then the driver's side (`Ledger`) gets each
@@ -14,15 +15,17 @@ Each side is timed alone, to the last part or marker landed: groups/s is what
 it can commit at most, whatever the stages do. --in-flight is the requests
 side by side (`files.IN_FLIGHT`, the writer's and the ledger's; 1: both
 before they went side by side). Settings alternate within each round. Needs the dev
-extras (moto[server]). Never run as a test; results go in BENCHMARKS.md.
+extras (moto[server], gcp-storage-emulator). Never run as a test; results go in BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -37,7 +40,7 @@ from pipeline.output import ledger as ledger_module  # noqa: E402
 from pipeline.output.resume import open_output  # noqa: E402
 from pipeline.schemas import embedded_schema  # noqa: E402
 
-from storage_servers import REGION, FaultProxy, s3_client, start_moto  # noqa: E402
+from storage_servers import Servers  # noqa: E402
 from support import MANIFEST  # noqa: E402  (tests/support.py)
 
 BUCKET = "commits"
@@ -86,41 +89,46 @@ def commit(output: str, groups: int, in_flight: int) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # The GCS emulator's own cost grows with the objects it holds (it rewrites its metadata at every upload), so
+    # that store's figures move with the order of the runs: on it, compare only runs of the same round.
+    p.add_argument("--stores", default="s3", help="s3 (moto), gs (the GCS emulator), comma-separated")
     p.add_argument("--groups", type=int, default=192)
     p.add_argument("--latency-ms", default="0,30", help="added to every request, comma-separated")
     p.add_argument("--in-flight", default="1,16", help="requests side by side, comma-separated")
     p.add_argument("--rounds", type=int, default=2)
     a = p.parse_args()
+    stores = a.stores.split(",")
     latencies = [int(x) for x in a.latency_ms.split(",")]
     in_flight = [int(x) for x in a.in_flight.split(",")]
 
     print(cpu_description())
-    moto, creds = start_moto()
-    proxy = FaultProxy(moto.url, "s3")
+    servers = Servers()
     try:
-        s3_client(moto.url, creds).create_bucket(Bucket=BUCKET)
-        os.environ.update(creds, AWS_ENDPOINT_URL=proxy.url, AWS_REGION=REGION)
-        seconds: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ.update(servers.env(Path(cache)))
+        for store in stores:
+            servers.make_bucket(store, BUCKET)
+        seconds: dict[tuple[str, int, int], list[tuple[float, float]]] = {}
         run = 0
         for _ in range(a.rounds):
-            for latency in latencies:
+            for store, latency, n in itertools.product(stores, latencies, in_flight):
+                proxy = servers.proxies[store]
                 proxy.slow_rate, proxy.slow_seconds = (1.0 if latency else 0.0), latency / 1000
-                for n in in_flight:
-                    run += 1
-                    seconds.setdefault((latency, n), []).append(commit(f"s3://{BUCKET}/out-{run}", a.groups, n))
+                run += 1
+                timed = commit(f"{store}://{BUCKET}/out-{run}", a.groups, n)
+                seconds.setdefault((store, latency, n), []).append(timed)
         print(f"{a.groups} groups of one tiny document, in writer calls of {BLOCK}; {a.rounds} rounds, median [range]")
-        print("| latency added per request | side by side | parts: groups/s | markers: groups/s |")
-        print("|---:|---:|---:|---:|")
-        for latency in latencies:
-            for n in in_flight:
-                cells = []
-                for side in (0, 1):
-                    rates = sorted(a.groups / timed[side] for timed in seconds[latency, n])
-                    cells.append(f"{statistics.median(rates):,.0f} [{rates[0]:,.0f}-{rates[-1]:,.0f}]")
-                print(f"| {latency} ms | {n} | {cells[0]} | {cells[1]} |")
+        print("| store | latency added per request | side by side | parts: groups/s | markers: groups/s |")
+        print("|---|---:|---:|---:|---:|")
+        for key in itertools.product(stores, latencies, in_flight):
+            cells = []
+            for side in (0, 1):
+                rates = sorted(a.groups / timed[side] for timed in seconds[key])
+                cells.append(f"{statistics.median(rates):,.0f} [{rates[0]:,.0f}-{rates[-1]:,.0f}]")
+            store, latency, n = key
+            print(f"| {store} | {latency} ms | {n} | {cells[0]} | {cells[1]} |")
     finally:
-        proxy.stop()
-        moto.stop()
+        servers.stop()
 
 
 if __name__ == "__main__":

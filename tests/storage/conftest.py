@@ -11,7 +11,6 @@ import gzip
 import json
 import os
 import shutil
-import urllib.request
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,52 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from storage_servers import REGION, FaultProxy, s3_client, start_gcs, start_moto
+from storage_servers import Servers
 from stored_corpus import NOTES, SAMPLES, note_name, note_text, shard_rows
-
-
-class Servers:
-    def __init__(self):
-        self.moto, self.creds = start_moto()
-        try:
-            self.gcs = start_gcs()
-        except BaseException:
-            self.moto.stop()
-            raise
-        # The jobs reach each server through its proxy; the tests' own setup goes direct.
-        self.proxies = {"s3": FaultProxy(self.moto.url, "s3"), "gs": FaultProxy(self.gcs.url, "gcs")}
-        self.s3 = s3_client(self.moto.url, self.creds)
-
-    def env(self, model_cache: Path) -> dict:
-        return {
-            **self.creds,
-            "AWS_ENDPOINT_URL": self.proxies["s3"].url,
-            "AWS_REGION": REGION,
-            "STORAGE_EMULATOR_HOST": self.proxies["gs"].url,
-            "DOCEMBED_MODEL_CACHE": str(model_cache),
-        }
-
-    def make_bucket(self, scheme: str, name: str) -> None:
-        if scheme == "s3":
-            self.s3.create_bucket(Bucket=name)
-            return
-        req = urllib.request.Request(
-            f"{self.gcs.url}/storage/v1/b?project=test",
-            data=json.dumps({"name": name}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        urllib.request.urlopen(req).read()
-
-    def reset_faults(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.reset()
-
-    def stop(self) -> None:
-        for proxy in self.proxies.values():
-            proxy.stop()
-        self.gcs.stop()
-        self.moto.stop()
 
 
 @pytest.fixture(scope="session")
