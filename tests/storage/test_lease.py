@@ -8,6 +8,7 @@ The holders here renew every 0.4 s instead of every 10 s, so that a lease lapses
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import socket
@@ -100,15 +101,28 @@ def test_another_hosts_lease_is_taken_over_once_it_lapses_and_one_renewed_meanwh
     assert "taking over" in caplog.text and "on elsewhere, process 1" in caplog.text
 
     put_lease(output, run="r2", host="elsewhere", pid=1, since="2026-01-01T00:00:00+00:00", beat=0)
-    renewal = threading.Timer(FAST.beat_s, put_lease, [output], dict(run="r2", host="elsewhere", pid=1, beat=1))
-    renewal.start()
-    # Watching for 4 s, not 1.2: the renewal is one write at 0.4 s, which moto's server, sharing the cores with
-    # the other worker's jobs, once took past a 1.2 s lapse. The refusal comes as soon as the watch sees it.
+    # The other run renews every beat for as long as the watch may look, as a live run does: one renewal at the
+    # first beat could land before the watch's first read, on cores busy with the other worker's jobs, and
+    # then the watch saw no renewal at all. Watching for 4 s, not 1.2: a write to moto's server sharing those
+    # cores once took past a 1.2 s lapse. The refusal comes as soon as the watch sees a renewal.
+    stop = threading.Event()
+
+    def renew():
+        for beat in itertools.count(1):
+            if stop.wait(FAST.beat_s):
+                return
+            put_lease(output, run="r2", host="elsewhere", pid=1, since="2026-01-01T00:00:00+00:00", beat=beat)
+
+    renewing = threading.Thread(target=renew)
+    renewing.start()
     patient = dataclasses.replace(FAST, missed_beats=10)
-    with pytest.raises(OutputError, match=r"another run \(on elsewhere, process 1,"):
-        with held_alone(output, patient):
-            pass
-    renewal.join()
+    try:
+        with pytest.raises(OutputError, match=r"another run \(on elsewhere, process 1,"):
+            with held_alone(output, patient):
+                pass
+    finally:
+        stop.set()
+        renewing.join()
     assert lease_of(output)["run"] == "r2"  # a refused run leaves the holder's lease alone
 
 
