@@ -8,7 +8,7 @@ import json
 import pyarrow.fs as pafs
 
 from pipeline.io import filesystems as storage
-from pipeline.output.layout import PARTS_DIRS
+from pipeline.output.layout import PARTS_DIRS, STAGING_DIR
 
 # Requests side by side against object storage, for the many small reads, writes and deletes of bookkeeping
 # files and parts: each is tens of milliseconds of a cloud store's latency, and little CPU. A part or a
@@ -24,6 +24,11 @@ def list_parts(fs: pafs.FileSystem, root: str) -> set[str]:
 
 def delete_parts(fs: pafs.FileSystem, root: str, parts: list[str]) -> None:
     parallel(lambda rel: storage.delete_file(fs, f"{root}/{rel}"), parts)
+
+
+def put(fs: pafs.FileSystem, root: str, rel: str, data: bytes) -> None:
+    """Writes the output's file `rel` whole or not at all, staged under the output's `_staging/`."""
+    storage.write_file(fs, f"{root}/{rel}", data, f"{root}/{STAGING_DIR}")
 
 
 def read_json(fs: pafs.FileSystem, path: str) -> dict | None:

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import retrying
-from pipeline.output.files import dumps, read_json
-from pipeline.output.layout import INPUTS_DIR, LISTED_FILE, STAGING_DIR, inputs_part_index, inputs_part_path
+from pipeline.output.files import dumps, put, read_json
+from pipeline.output.layout import INPUTS_DIR, LISTED_FILE, inputs_part_index, inputs_part_path
 from pipeline.schemas import INPUTS_SCHEMA
 
 SKIPPED_KEY = "docembed.skipped"  # a part's metadata: files skipped by the listing so far (`Record.skipped`)
@@ -87,12 +87,12 @@ def write_part(fs: pafs.FileSystem, root: str, k: int, entries: pa.Table, skippe
     metadata = {SKIPPED_KEY: str(skipped), GROUP_SIZE_KEY: str(group_size)}
     table = entries.cast(INPUTS_SCHEMA).replace_schema_metadata(metadata)
     pq.write_table(table, buffer, compression="zstd")
-    storage.write_file(fs, f"{root}/{inputs_part_path(k)}", buffer.getvalue().to_pybytes(), f"{root}/{STAGING_DIR}")
+    put(fs, root, inputs_part_path(k), buffer.getvalue().to_pybytes())
 
 
 def write_listed(fs: pafs.FileSystem, root: str, parts: int, inputs: int, skipped: int) -> None:
     listed = {"parts": parts, "inputs": inputs, "skipped": skipped}
-    storage.write_file(fs, f"{root}/{LISTED_FILE}", dumps(listed), f"{root}/{STAGING_DIR}")
+    put(fs, root, LISTED_FILE, dumps(listed))
 
 
 def read_part(output: str, k: int) -> pa.Table:

@@ -24,13 +24,12 @@ import time
 from collections.abc import Callable
 
 from pipeline.errors import OutputError
-from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import redact
 from pipeline.output import files
-from pipeline.output.files import delete_parts, dumps, list_parts
-from pipeline.output.layout import FORMAT, STAGING_DIR, marker_path
+from pipeline.output.files import delete_parts, dumps, list_parts, put
+from pipeline.output.layout import FORMAT, marker_path
 from pipeline.output.resume import Resume
 
 COUNT_KEYS = ("docs_ok", "docs_failed", "chunks", "tokens")
@@ -187,8 +186,7 @@ class Ledger:
                     return
             self.still_held()
             with failing_at(f"output {self.output}"):
-                path = f"{self.root}/{marker_path(marker['group'])}"
-                storage.write_file(self.fs, path, dumps(marker), f"{self.root}/{STAGING_DIR}")
+                put(self.fs, self.root, marker_path(marker["group"]), dumps(marker))
             with self._lock:
                 del self._landing[marker["group"]]
                 self.first_done_at = self.first_done_at or time.time()

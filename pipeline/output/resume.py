@@ -30,7 +30,7 @@ from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import redact
-from pipeline.output.files import delete_parts, dumps, list_parts, parallel, read_json
+from pipeline.output.files import delete_parts, dumps, list_parts, parallel, put, read_json
 from pipeline.output.fingerprint import mismatch, same_run
 from pipeline.output.inputs import Record, read_record
 from pipeline.output.layout import GROUPS_DIR, MANIFEST_FILE, OURS, STAGING_DIR, SUCCESS_FILE, group_of_marker
@@ -121,7 +121,7 @@ def open_output(output: str, *, overwrite: bool, manifest: dict) -> Resume | Non
                 _clear(fs, root)  # empty folders a run made before its fingerprint
             for name in ("", *OURS):
                 storage.makedirs(fs, f"{root}/{name}".rstrip("/"))
-            storage.write_file(fs, f"{root}/{MANIFEST_FILE}", dumps(manifest), f"{root}/{STAGING_DIR}")
+            put(fs, root, MANIFEST_FILE, dumps(manifest))
         elif not same_run(recorded, manifest):
             raise OutputError(mismatch(output, recorded, manifest))
         return _reconcile(fs, root, read_record(fs, root))

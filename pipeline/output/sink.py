@@ -25,7 +25,7 @@ from pipeline.io import filesystems as storage
 from pipeline.io.filesystems import filesystem_for
 from pipeline.io.retries import describe, retrying
 from pipeline.io.uris import check_location, redact
-from pipeline.output.files import dumps, parallel
+from pipeline.output.files import dumps, parallel, put
 from pipeline.output.layout import EMBEDDINGS_DIR, ERRORS_DIR, STAGING_DIR, SUCCESS_FILE, part_name
 from pipeline.run.stage_clock import Record, StageClock
 from pipeline.schemas import EMBEDDING_COLUMNS, ERRORS_SCHEMA, SUMMARY_SCHEMA, rows_digest
@@ -92,17 +92,17 @@ def write_block(
         ]
         parts = [part for _, group_parts in made for part in group_parts]
 
-        def put(part: tuple[str, bytes]) -> None:
-            storage.write_file(fs, f"{root}/{part[0]}", part[1], f"{root}/{STAGING_DIR}")
+        def put_part(part: tuple[str, bytes]) -> None:
+            put(fs, root, *part)
 
         # On an object store a part is about seven requests of its latency: a block's parts go side by side. A
         # local write is quicker than a thread's hand-off. Either way the parts are made here, one at a time:
         # Parquet's encoding is CPU, beside the encoder.
         if storage.is_object_store(fs):
-            parallel(put, parts)
+            parallel(put_part, parts)
         else:
             for part in parts:
-                put(part)
+                put_part(part)
         summaries = [summary for summary, _ in made]
         counts.update(rows=batch.num_rows, parts=len(parts))
     clock.count("write", rows_in=batch.num_rows)
@@ -169,7 +169,7 @@ def write_success(output: str, report: dict) -> None:
     """Writes `_SUCCESS`, the run's last file, then removes `_staging/`: it holds only what failed writes left
     (a rerun would sweep it), and an empty one, a marker object on S3, would stay in the finished output."""
     fs, root = filesystem_for(output)
-    data, staging = dumps(report), f"{root}/{STAGING_DIR}"
-    storage.write_file(fs, f"{root}/{SUCCESS_FILE}", data, staging)
+    staging = f"{root}/{STAGING_DIR}"
+    put(fs, root, SUCCESS_FILE, dumps(report))
     if storage.file_info(fs, staging).type == pafs.FileType.Directory:
         retrying(f"cannot remove {storage.shown(fs, staging)}", lambda: fs.delete_dir(staging))
