@@ -53,6 +53,19 @@ def keeping(markers: list):
     return lambda marker, done: markers.append(marker)
 
 
+def write_after(monkeypatch, wait) -> None:
+    """Each write of this process's files (`write_file`: the output's parts and markers) once `wait()` returns."""
+    from pipeline.io import filesystems
+
+    real_write = filesystems.write_file
+
+    def write_file(*args):
+        wait()
+        real_write(*args)
+
+    monkeypatch.setattr(filesystems, "write_file", write_file)
+
+
 def listing(uris: list[str], size: int = 1):
     """Listing entries (uri, kind, size) of files not on disk, as `pipeline.io.listing.list_pages` gives them."""
     import pyarrow as pa

@@ -19,7 +19,7 @@ from pipeline.output.layout import marker_path
 from pipeline.output.ledger import Ledger
 from pipeline.schemas import embedded_schema
 
-from support import MANIFEST, keeping
+from support import MANIFEST, keeping, write_after
 
 ROWS = 150
 
@@ -116,14 +116,8 @@ def test_a_writer_call_commits_its_groups_side_by_side_and_the_ledger_its_marker
     output = f"{scheme}://side/out"
     state = resume.open_output(output, overwrite=False, manifest=MANIFEST)
     groups = [f"g{i}" for i in range(4)]
-    real_write = filesystems.write_file
     together = threading.Barrier(len(groups), timeout=30)  # passes only with all four writes in flight at once
-
-    def write_file(*args):
-        together.wait()
-        real_write(*args)
-
-    monkeypatch.setattr(filesystems, "write_file", write_file)
+    write_after(monkeypatch, together.wait)
     rows = [
         {"doc_id": f"{g}.txt", "chunk_index": 0, "text": "x", "n_tokens": 3, "embedding": [1.0, 0.0], "group": g}
         | {"group_docs": 1, "doc_chunks": 1}

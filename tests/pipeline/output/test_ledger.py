@@ -22,7 +22,7 @@ from pipeline.output.groups import record_groups
 from pipeline.output.ledger import Ledger
 from pipeline.schemas import SUMMARY_SCHEMA
 
-from support import MANIFEST, keeping, listing, text_files
+from support import MANIFEST, keeping, listing, text_files, write_after
 
 
 def chunk_rows(group: str, doc: str, n: int, group_docs=None, start: int = 0, stop: int | None = None) -> list[dict]:
@@ -175,17 +175,6 @@ def complete_groups(output: str, count: int) -> tuple[Ledger, list[dict]]:
     groups = record(output, text_files(count), 1)
     _, ledger = opened(output)
     return ledger, [s for g, (doc,) in groups.items() for s in write(chunk_rows(g, doc, 1, 1), output)]
-
-
-def write_after(monkeypatch, wait) -> None:
-    """Each write of the output's files (the ledger's markers) once `wait()` has returned."""
-    real_write = storage.write_file
-
-    def write_file(*args):
-        wait()
-        real_write(*args)
-
-    monkeypatch.setattr(storage, "write_file", write_file)
 
 
 def test_markers_are_written_side_by_side_and_each_group_is_done_once_its_marker_lands(tmp_path, monkeypatch):
