@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
         embedder = Embedder.load(report["config"]["model"], dim=report["config"]["encoder"].get("dim"))
         if embedder.fingerprint != report["model"]["fingerprint"]:
             raise UserError(
-                f"{a['output']} was embedded with another model ({report['model']['id']}) than the one loaded"
+                f"{a['output']} was embedded by another model than the one loaded: {report['model']['id']} with "
+                f"fingerprint {report['model']['fingerprint']} then, {embedder.fingerprint} now (other files, or "
+                "an output an older docembed made); embed it again (--overwrite) to search it"
             )
         hits = nearest(table, embedder.embed([a["query"]], prompt=a["prompt"])[0], a["top"])  # the prompt is checked
     except UserError as e:

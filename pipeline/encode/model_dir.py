@@ -82,7 +82,6 @@ class ModelSpec:
     # config_sentence_transformers.json: the model's output is its first truncate_dim dimensions, cut after
     # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
     truncate_dim: int | None = None
-    config_overrides: str = ""  # the config.json keys sentence_bert_config.json overrides, as JSON
     projections: tuple[Projection, ...] = ()  # the Dense modules between Pooling and Normalize, in order
 
     @property
@@ -105,19 +104,21 @@ class ModelSpec:
 
     @property
     def fingerprint(self) -> str:
-        """Identifies the numbers this model produces: weights, tokenizer and head."""
+        """Identifies the numbers this model produces: weights, architecture, tokenizer and head."""
         parts = [
             self.weights_sha256,
             self.tokenizer_sha256,
             self.pooling,
             str(self.normalize),
             str(self.max_seq_length),
+            # config.json as the encoder reads it, sentence_bert_config.json's overrides applied: the weights
+            # fix the shapes, not whether attention is causal, its windows, RoPE, the norms' epsilon.
+            f"arch={arch_digest(self.arch)}",
         ]
         # What only some models set, named where set, so that no other model's fingerprint changes.
         extras = {
             "lowercase": self.lowercase,
             "normalizer": self.normalizer,
-            "config": self.config_overrides,
             "truncate_dim": self.truncate_dim,
             "projections": " | ".join(p.describe() for p in self.projections),
         }
@@ -160,6 +161,27 @@ def _sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def arch_digest(arch: ModelConfig) -> str:
+    """The sha256 of the architecture's settings that differ from their defaults, in a stable spelling: a
+    setting added later with a default leaves every existing model's digest as it was, and sets are sorted
+    (their order follows the process's string hashing)."""
+    return hashlib.sha256(json.dumps(_settings(arch), sort_keys=True).encode()).hexdigest()
+
+
+def _settings(value):
+    if dataclasses.is_dataclass(value):
+        return {
+            field.name: _settings(getattr(value, field.name))
+            for field in dataclasses.fields(value)
+            if field.default is dataclasses.MISSING or getattr(value, field.name) != field.default
+        }
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    if isinstance(value, (tuple, list)):
+        return [_settings(item) for item in value]
+    return value
 
 
 def _read_json(path: Path, default=None):
@@ -228,11 +250,12 @@ def _head(path: Path) -> Head:
         raise ModelError(f"{path}/modules.json is not a list of modules")
     pooling, normalize, include_prompt, projections = None, False, True, []
     for module in modules:
-        kind = str(module.get("type") or "").rsplit(".", 1)[-1]
-        if kind not in KNOWN_MODULES:
+        package, _, kind = str(module.get("type") or "").rpartition(".")
+        if kind not in KNOWN_MODULES or package.split(".")[0] != "sentence_transformers":
             raise ModelError(
                 f"{path}/modules.json names a {module.get('type')!r} module, which docembed does not implement "
-                f"(it runs {', '.join(KNOWN_MODULES)}): its embeddings would not be this model's"
+                f"(it runs sentence-transformers' own {', '.join(KNOWN_MODULES)}, no model's own code): its "
+                "embeddings would not be this model's"
             )
         if kind == "Transformer" and module.get("path"):
             raise ModelError(
@@ -292,15 +315,7 @@ def _projection(path: Path, folder: str) -> Projection:
         )
     weights = where / WEIGHTS_FILE
     if not weights.is_file():
-        if (where / "pytorch_model.bin").is_file():
-            raise ModelError(
-                f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "
-                f"read (it has no torch): convert them to {WEIGHTS_FILE}, e.g. with safetensors.torch.save_file"
-            )
-        # A hub download fetches no pytorch_model.bin (pipeline.encode.hub.FILES): it may be one of those.
-        raise ModelError(
-            f"{where} has no {WEIGHTS_FILE} (docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE})"
-        )
+        raise _no_safetensors(where)
     activation = PROJECTION_ACTIVATIONS[name]
     return Projection(
         folder,
@@ -546,7 +561,6 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         lowercase=transformer.lowercase,
         normalizer=tokenizer(path).replaced_normalizer,
         truncate_dim=truncate_dim,
-        config_overrides=json.dumps(transformer.config, sort_keys=True) if transformer.config else "",
         projections=head.projections,
     )
 
@@ -558,7 +572,7 @@ def weights_files(path: Path) -> list[Path]:
         return [single]
     index = path / WEIGHTS_INDEX
     if not index.is_file():
-        raise ModelError(f"model directory {path} has no {WEIGHTS_FILE} (nor a sharded {WEIGHTS_INDEX})")
+        raise _no_safetensors(path, f" (nor a sharded {WEIGHTS_INDEX})")
     weight_map = _read_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelError(f"{index} has no weight_map")
@@ -567,6 +581,19 @@ def weights_files(path: Path) -> list[Path]:
         if shard.parent != path or not shard.is_file():
             raise ModelError(f"{index} names shard {shard.name!r}, which is not in {path}")
     return [index, *shards]
+
+
+def _no_safetensors(where: Path, nor: str = "") -> ModelError:
+    """The error for a folder without its safetensors weights, which says how to get them where it can."""
+    if any(where.glob("pytorch_model*.bin")):
+        return ModelError(
+            f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "
+            f"read (it has no torch): convert them to {WEIGHTS_FILE}, e.g. with safetensors.torch.save_file"
+        )
+    # A hub download fetches no pytorch_model.bin (pipeline.encode.hub.FILES): it may be one of those.
+    return ModelError(
+        f"{where} has no {WEIGHTS_FILE}{nor}; docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE}"
+    )
 
 
 def _weight_shards(path: Path) -> list[Path]:

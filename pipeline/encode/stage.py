@@ -17,7 +17,7 @@ from pipeline.encode.compile_cache import compilation_cache_counts, enable_compi
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.packs import unpack
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ModelError
 from pipeline.run.stage_clock import EncoderCall, Record, StageClock
 from pipeline.schemas import embedded_schema, rows_digest
 
@@ -39,9 +39,11 @@ class EncodeBlock:
         record: Record | None = None,
         profile: str | None = None,
         cpu_devices: int | None = None,
+        model_fingerprint: str | None = None,
     ):
         """`cpu_devices`: on a CPU encoder actor, the devices the driver placed it with
-        (`EncoderPlacement.devices_per_actor`); None elsewhere."""
+        (`EncoderPlacement.devices_per_actor`); None elsewhere. `model_fingerprint`: the model's on the driver,
+        which its output records; None takes this node's model as it is."""
         # JAX is imported here, in the encoder's process: the driver names this class and never loads JAX.
         from pipeline.encode.encoder import Encoder
 
@@ -49,7 +51,14 @@ class EncodeBlock:
         enable_compilation_cache(compile_cache)
         if cpu_devices is not None:
             use_cpu_devices(cpu_devices)
-        self.encoder = Encoder(model_dir.resolve(model), encoder)
+        spec = model_dir.resolve(model)
+        if model_fingerprint is not None and spec.fingerprint != model_fingerprint:
+            # A node's own copy (its cache of a URI, a path on its own disk) cut short, or of another version.
+            raise ModelError(
+                f"this encoder's node holds other files for model {spec.model_id} than the job's driver "
+                f"(fingerprint {spec.fingerprint} here, {model_fingerprint} there): every node must hold the same"
+            )
+        self.encoder = Encoder(spec, encoder)
         if self.encoder.dtype != encoder.dtype:
             raise ConfigError(
                 f"this encoder's node runs {self.encoder.dtype} where the job's driver chose {encoder.dtype}, "

@@ -85,6 +85,7 @@ class JobGraph:
     fields: ShardFields
     metadata: dict[str, str]  # Parquet metadata of every part
     record: SendToTally
+    model_fingerprint: str  # the model's on this driver: every encoder's node must load the same
 
     def flow(self) -> Flow:
         """The stages as `dataset` runs them, with the rows a call of each waits for: the extraction, fused with
@@ -125,6 +126,7 @@ class JobGraph:
                     record,
                     cfg.profile,
                     placement.devices_per_actor if placement.kind == "cpu" else None,
+                    self.model_fingerprint,
                 ),
                 batch_size=call_packs,
                 batch_format="pyarrow",
@@ -298,7 +300,8 @@ def _run_on_ray(
     record = state.record
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
-    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, SendToTally(coordinator_name))
+    tally = SendToTally(coordinator_name)
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, tally, manifest["model_fingerprint"])
     coordinator = _on_this_node(RunCoordinator, coordinator_name, STALL_SECONDS, graph.flow())
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
     report = RunReport.start(cfg, spec, chunking, extract)

@@ -6,6 +6,7 @@ included. One embed run serves the searches.
 """
 
 import http.server
+import json
 import os
 import re
 import shutil
@@ -63,8 +64,15 @@ def test_search_says_in_one_line_when_nothing_was_embedded_or_asked(embedded, tm
     for part in (failed / "embeddings").iterdir():
         part.unlink()
     assert read_table(str(failed)).num_rows == 0 and "embedding" in read_table(str(failed)).column_names
+    # An output another model made, or the same model's other files (its config.json edited since).
+    other = tmp_path / "other"
+    shutil.copytree(embedded, other)
+    report = json.loads((other / "_SUCCESS").read_text())
+    report["model"]["fingerprint"] = "0123456789abcdef"
+    (other / "_SUCCESS").write_text(json.dumps(report))
     for output, args, message in [
         (failed, ["--query", "photosynthesis"], "holds no embedded chunk: its 0 documents failed"),
+        (other, ["--query", "photosynthesis"], "was embedded by another model than the one loaded"),
         (embedded, ["--query", "photosynthesis", "--top", "0"], "--top must be at least 1"),
         (embedded, ["--query", "  "], "--query not blank"),
         (embedded, ["--query", "photosynthesis", "--prompt", "word " * 300], "leaves no room for text"),

@@ -1,5 +1,8 @@
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -84,8 +87,9 @@ def test_pooling_is_read_as_sentence_transformers_reads_it(tmp_path, layout, poo
 
 def test_the_default_models_fingerprint_stays_what_its_outputs_recorded():
     """A change to how the fingerprint is spelled (a new setting, the pooling's modes) would refuse to resume,
-    or to append to, every output the model made before: a new setting appears only when it changes something."""
-    assert model_dir.resolve(None).fingerprint == "cc381bc84371d13b"
+    or to append to, every output the model made before: a new setting appears only when it changes something.
+    (It last changed on 2026-12-06, when the architecture that config.json describes joined it.)"""
+    assert model_dir.resolve(None).fingerprint == "eab29a9a5b29d07d"
 
 
 def test_the_window_is_sentence_transformers_max_seq_length_whichever_file_holds_it(tmp_path):
@@ -138,7 +142,42 @@ def test_config_args_override_config_json_as_if_written_there(tmp_path, key):
     edit_json(path, "config.json", lambda c: {**c, "hidden_act": "relu", "layer_norm_eps": 1e-6})
     written = model_dir.resolve(str(path))
     assert overridden.arch == written.arch != plain.arch
-    assert overridden.fingerprint != written.fingerprint  # the override is named in it (config.json is not hashed)
+    assert overridden.fingerprint == written.fingerprint != plain.fingerprint  # the same numbers either way
+
+
+def test_config_json_is_in_the_fingerprint_as_the_encoder_reads_it(tmp_path):
+    """The weights fix the shapes, not what config.json says of the rest: another epsilon, a causal decoder made
+    bidirectional (gte-Qwen2's `is_causal`) are other numbers. How config.json is spelled is not."""
+    plain = model_dir.resolve(None).fingerprint
+    path = copy_model(tmp_path)
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "transformers_version": "9.9"}, indent=7))
+    assert model_dir.resolve(str(path)).fingerprint == plain
+    edit_json(path, "config.json", lambda c: {**c, "layer_norm_eps": 1e-5})
+    assert model_dir.resolve(str(path)).fingerprint != plain
+    decoder = tmp_path / "qwen3"
+    shutil.copytree(FAMILY_FIXTURES / "qwen3-embedding", decoder)
+    causal = model_dir.resolve(str(decoder)).fingerprint
+    edit_json(decoder, "config.json", lambda c: {**c, "is_causal": False})
+    assert model_dir.resolve(str(decoder)).fingerprint != causal
+
+
+def test_the_architectures_digest_does_not_follow_the_processes_string_hashing():
+    """A set's order follows PYTHONHASHSEED, which every Ray worker draws anew: the digest sorts it."""
+    model = FAMILY_FIXTURES / "llama-embedding"  # its biases are a set of four
+    source = f"from pipeline.encode import model_dir; print(model_dir.resolve({str(model)!r}).fingerprint)"
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", source],
+            cwd=REPO,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1
 
 
 def test_do_lower_case_lower_cases_before_the_tokenizer_with_offsets_into_the_text(tmp_path):
@@ -260,6 +299,10 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
     "breakage, message",
     [
         (lambda p: (p / "model.safetensors").unlink(), "has no model.safetensors"),
+        (
+            lambda p: (p / "model.safetensors").rename(p / "pytorch_model.bin"),
+            "holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not read",
+        ),
         (lambda p: (p / "tokenizer.json").unlink(), "has no tokenizer.json"),
         (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
         (
@@ -270,6 +313,12 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
         (
             add_layer_norm_module,
             "names a 'sentence_transformers.models.LayerNorm' module, which docembed does not implement",
+        ),
+        # A module of the model's own code (remote code, jina-embeddings-v3's custom_st.Transformer), whatever its
+        # class is named.
+        (
+            lambda p: edit_json(p, "modules.json", lambda m: [{**m[0], "type": "custom_st.Transformer"}, *m[1:]]),
+            "names a 'custom_st.Transformer' module, which docembed does not implement \\(it runs sentence-trans",
         ),
         (
             set_pooling({"pooling_mode": ["cls", "median"]}),

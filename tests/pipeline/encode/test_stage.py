@@ -5,10 +5,11 @@ import pyarrow.compute as pc
 import pytest
 
 from kernels.attention import IMPLS
+from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.packs import unpack
 from pipeline.encode.stage import EncodeBlock
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, ModelError
 from pipeline.run.stages import ChunkBlock
 from pipeline.schemas import DOC_SCHEMA, error_row, rows_digest
 from pipeline.text.chunking import ChunkingConfig
@@ -27,6 +28,14 @@ def test_an_encoder_whose_cpu_would_not_run_the_drivers_bfloat16_refuses_to_star
 def test_an_encoder_runs_the_drivers_float32_on_any_cpu(cpu_flags):
     cpu_flags("avx512_bf16", "amx_bf16")
     assert EncodeBlock(None, EncoderConfig(dtype="float32")).encoder.dtype == "float32"
+
+
+def test_an_encoder_whose_node_holds_other_model_files_than_the_drivers_refuses_to_start():
+    """A node's copy of the model (its cache of a URI, a path on its own disk) that differs from the driver's would
+    write other numbers under the output's fingerprint."""
+    with pytest.raises(ModelError, match="this encoder's node holds other files for model .* than the job's driver"):
+        EncodeBlock(None, EncoderConfig(), model_fingerprint="0123456789abcdef")
+    assert EncodeBlock(None, EncoderConfig(), model_fingerprint=model_dir.resolve(None).fingerprint).encoder
 
 
 def test_a_call_of_packs_embeds_each_chunk_once_errors_null_and_pads_little():
