@@ -29,6 +29,7 @@ from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
 from pipeline.text.tokenizer import BertSettings, SentencePieceSplit, Tokenizer
+from pipeline.text.tokenizer import identity as tokenizer_identity
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -124,6 +125,11 @@ class ModelSpec:
         }
         parts += [f"{name}={value}" for name, value in extras.items() if value]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+    @property
+    def tokenizer_identity(self) -> str:
+        """What the tokenizer `tokenizer(self.path)` gives names itself (`Tokenizer.identity`)."""
+        return tokenizer_identity(self.tokenizer_sha256, self.normalizer, self.lowercase)
 
     def prompt_text(self, prompt: str | None) -> str:
         """`--prompt NAME|TEXT` -> the text put before every chunk.

@@ -17,7 +17,7 @@ from pipeline.encode.compile_cache import compilation_cache_counts, enable_compi
 from pipeline.encode.cpu_devices import use_cpu_devices
 from pipeline.encode.encoder_config import EncoderConfig
 from pipeline.encode.packs import unpack
-from pipeline.errors import ConfigError, ModelError
+from pipeline.errors import ConfigError, ModelError, UserError
 from pipeline.run.stage_clock import EncoderCall, Record, StageClock
 from pipeline.schemas import embedded_schema, rows_digest
 
@@ -51,16 +51,21 @@ class EncodeBlock:
         enable_compilation_cache(compile_cache)
         if cpu_devices is not None:
             use_cpu_devices(cpu_devices)
+        # A node that must not encode for this job refuses at its first call, not here: an actor whose constructor
+        # raises has its traceback printed whole by its worker and by the raylet, where a call's error reaches the
+        # driver, and the user, as one line (`pipeline.run.console.worker_errors_in_one_line`).
+        self.refusal: UserError | None = None
         spec = model_dir.resolve(model)
         if model_fingerprint is not None and spec.fingerprint != model_fingerprint:
             # A node's own copy (its cache of a URI, a path on its own disk) cut short, or of another version.
-            raise ModelError(
+            self.refusal = ModelError(
                 f"this encoder's node holds other files for model {spec.model_id} than the job's driver "
                 f"(fingerprint {spec.fingerprint} here, {model_fingerprint} there): every node must hold the same"
             )
+            return
         self.encoder = Encoder(spec, encoder)
         if self.encoder.dtype != encoder.dtype:
-            raise ConfigError(
+            self.refusal = ConfigError(
                 f"this encoder's node runs {self.encoder.dtype} where the job's driver chose {encoder.dtype}, "
                 "as its output's fingerprint records: its CPU lacks the driver's bfloat16 dot instructions; "
                 "run with --dtype float32"
@@ -72,6 +77,8 @@ class EncodeBlock:
         self.loaded = (load_started, time.time())
 
     def __call__(self, packs: pa.Table) -> pa.Table:
+        if self.refusal is not None:
+            raise self.refusal
         self.calls += 1
         chunks = unpack(packs)
         if self.profile_dir is None or self.calls > self.PROFILED_CALLS:

@@ -24,7 +24,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
-from pipeline.errors import StorageError
+from pipeline.errors import StorageError, UserError
 from pipeline.run.report import ProgressLine
 
 log = logging.getLogger("docembed")
@@ -41,8 +41,8 @@ def ray_init_args(verbosity: str) -> dict:
 
 def configure_ray_data(verbosity: str) -> None:
     """Ray Data's progress display and console level for datasets made after this call; Ray's notices
-    that say nothing is wrong, and its records of a storage failure that the run says in one line, are
-    shown on verbose only."""
+    that say nothing is wrong, and its records of a worker's user error or storage failure that the run says in
+    one line, are shown on verbose only."""
     import ray.data
 
     ray.data.DataContext.get_current().enable_progress_bars = verbosity == "verbose"
@@ -51,7 +51,7 @@ def configure_ray_data(verbosity: str) -> None:
             handler.setLevel(RAY_CONSOLE_LEVEL[verbosity])
             _off_verbose(handler, _Notice(BARS_OFF_NOTICE), verbosity)
             _off_verbose(handler, _Notice(ABORT_NOTICE), verbosity)
-            _off_verbose(handler, _StorageFailure(), verbosity)
+            _off_verbose(handler, _UserErrorInWorker(), verbosity)
     _off_verbose(logging.getLogger(AUTH_NOTICE_LOGGER), _Notice(AUTH_ON_NOTICE), verbosity)
 
 
@@ -86,9 +86,9 @@ class _Notice:
 
 
 @dataclasses.dataclass(frozen=True)
-class _StorageFailure:
-    """A logging filter: drops the records of a storage failure, which the run then says in one line
-    (`storage_failures_in_one_line`).
+class _UserErrorInWorker:
+    """A logging filter: drops the records of a user error or a storage failure raised in a worker, which the run
+    then says in one line (`worker_errors_in_one_line`).
 
     Besides ABORT_NOTICE, which carries a read task's traceback (130 lines and
     more), Ray Data logs a failed task's exception as it reaches the driver:
@@ -101,10 +101,10 @@ class _StorageFailure:
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return storage_failure(record.exc_info[1] if record.exc_info else sys.exc_info()[1]) is None
+        return user_error_behind(record.exc_info[1] if record.exc_info else sys.exc_info()[1]) is None
 
 
-def _off_verbose(where: logging.Logger | logging.Handler, kept: _Notice | _StorageFailure, verbosity: str) -> None:
+def _off_verbose(where: logging.Logger | logging.Handler, kept: _Notice | _UserErrorInWorker, verbosity: str) -> None:
     """Puts filter `kept` on `where` in place of an equal one, off verbose; verbose shows everything again."""
     for f in [f for f in where.filters if f == kept]:
         where.removeFilter(f)
@@ -113,22 +113,27 @@ def _off_verbose(where: logging.Logger | logging.Handler, kept: _Notice | _Stora
 
 
 @contextlib.contextmanager
-def storage_failures_in_one_line() -> Iterator[None]:
-    """A StorageError raised in a worker, however Ray wrapped it on its way, as the driver's StorageError."""
+def worker_errors_in_one_line() -> Iterator[None]:
+    """A UserError raised in a worker (storage that stays down, an encoder's node whose model files differ from
+    the driver's), however Ray wrapped it on its way, as the driver's own error of that kind."""
     try:
         yield
     except Exception as e:
-        cause = storage_failure(e)
-        if cause is None:
-            raise
-        raise StorageError(f"{cause} (groups finished so far are kept: rerun the same command to resume)") from None
+        found = user_error_behind(e)
+        if found is None or (isinstance(e, UserError) and found[0] is not StorageError):
+            raise  # not a user's error, or the driver's own: as it is
+        kind, message = found
+        if kind is StorageError:
+            message += " (groups finished so far are kept: rerun the same command to resume)"
+        raise kind(message) from None
 
 
-def storage_failure(e: BaseException | None) -> str | None:
-    """The message of the StorageError behind a failure of the Ray Data job, however Ray wrapped it.
+def user_error_behind(e: BaseException | None) -> tuple[type[UserError], str] | None:
+    """The kind and message of the UserError behind a failure of the Ray Data job, however Ray wrapped it.
 
     A worker's exception reaches the driver as a RayTaskError around Ray Data's
-    UserCodeException, whose cause did not survive pickling: only its text did.
+    UserCodeException, or, raised as an actor started, as an ActorDiedError;
+    the error itself did not survive pickling: only its text did.
     """
     import ray.exceptions
 
@@ -138,16 +143,17 @@ def storage_failure(e: BaseException | None) -> str | None:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, StorageError) and not isinstance(e, ray.exceptions.RayError):
-            return str(e)
-        found = _REMOTE_STORAGE_ERROR.search(str(e))
+        if isinstance(e, UserError) and not isinstance(e, ray.exceptions.RayError):
+            return type(e), str(e)
+        found = _REMOTE_USER_ERROR.search(str(e))
         if found:
-            return found.group(1).strip()
+            return _USER_ERRORS[found.group(1)], found.group(2).strip()
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
     return None
 
 
-_REMOTE_STORAGE_ERROR = re.compile(r"pipeline\.errors\.StorageError: ([^\n]+)")
+_USER_ERRORS = {kind.__name__: kind for kind in (UserError, *UserError.__subclasses__())}
+_REMOTE_USER_ERROR = re.compile(rf"pipeline\.errors\.({'|'.join(_USER_ERRORS)}): ([^\n]+)")
 
 
 # Ray's and Ray Data's console level per verbosity.

@@ -46,7 +46,7 @@ from pipeline.output.layout import FORMAT, own_files
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import Resume, clear_staging, finished, held_alone, open_output
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
-from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args, storage_failures_in_one_line
+from pipeline.run.console import configure_ray_data, progress_shown, ray_init_args, worker_errors_in_one_line
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import STALL_SECONDS, ListingFailed
 from pipeline.run.report import ProgressLine, RunReport, startup
@@ -85,7 +85,7 @@ class JobGraph:
     fields: ShardFields
     metadata: dict[str, str]  # Parquet metadata of every part
     record: SendToTally
-    model_fingerprint: str  # the model's on this driver: every encoder's node must load the same
+    spec: model_dir.ModelSpec  # the model as this driver resolved it: every node's stages must load the same
 
     def flow(self) -> Flow:
         """The stages as `dataset` runs them, with the rows a call of each waits for: the extraction, fused with
@@ -111,7 +111,8 @@ class JobGraph:
             )
             .map_batches(
                 ChunkBlock,
-                fn_constructor_args=(cfg.model, self.chunking, record, call_packs),  # packs, as EncodeBlock takes
+                # Packs, as EncodeBlock takes them.
+                fn_constructor_args=(cfg.model, self.chunking, record, call_packs, self.spec.tokenizer_identity),
                 batch_size=CHUNK_BATCH,
                 batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(min_size=1, max_size=placement.max_cpu_actors),
@@ -126,7 +127,7 @@ class JobGraph:
                     record,
                     cfg.profile,
                     placement.devices_per_actor if placement.kind == "cpu" else None,
-                    self.model_fingerprint,
+                    self.spec.fingerprint,
                 ),
                 batch_size=call_packs,
                 batch_format="pyarrow",
@@ -301,7 +302,7 @@ def _run_on_ray(
     coordinator_name = f"{RUN_COORDINATOR_PREFIX}{uuid.uuid4().hex[:12]}"
     metadata = {"docembed.fingerprint": manifest["fingerprint"], "docembed.model": manifest["model"]}
     tally = SendToTally(coordinator_name)
-    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, tally, manifest["model_fingerprint"])
+    graph = JobGraph(cfg, chunking, extract, placement, fields, metadata, tally, spec)
     coordinator = _on_this_node(RunCoordinator, coordinator_name, STALL_SECONDS, graph.flow())
     recorder = Recorder(cfg.output, record, pages, GroupCutter(cfg.group_size, salt), ledger, coordinator)
     report = RunReport.start(cfg, spec, chunking, extract)
@@ -443,7 +444,7 @@ def _run_groups(
     def committed(marker: dict, done: int) -> None:  # in the ledger's thread that wrote the marker
         recorder.feed.commit.remote(done, window.committed(marker["counts"]))  # the read's window counts commits
 
-    with storage_failures_in_one_line():
+    with worker_errors_in_one_line():
         try:
             for _ in ds.iter_internal_ref_bundles():
                 still_held()

@@ -21,7 +21,7 @@ import pyarrow as pa
 from pipeline.encode import model_dir
 from pipeline.encode.model_location import local_dir
 from pipeline.encode.packs import Packer
-from pipeline.errors import DocumentError, SandboxError
+from pipeline.errors import DocumentError, ModelError, SandboxError
 from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
 from pipeline.io.filesystems import read_many
@@ -171,7 +171,8 @@ class ChunkBlock:
 
     `call_packs`: the rows handed on are packs of about one window of tokens (`pipeline.encode.packs`), for
     the job's encoder, which takes this many a call; None: one row per chunk, for callers that read the
-    chunks themselves.
+    chunks themselves. `tokenizer_identity`: the driver's tokenizer's (`Tokenizer.identity`), which a node's
+    own must have; None takes this node's as it is.
     """
 
     def __init__(
@@ -180,14 +181,24 @@ class ChunkBlock:
         chunking: ChunkingConfig,
         record: Record | None = None,
         call_packs: int | None = None,
+        tokenizer_identity: str | None = None,
     ):
         # The model as the user named it, resolved on this node: a URI is fetched into its cache.
         self.tokenizer = model_dir.tokenizer(local_dir(model), prompt=chunking.prompt)
+        # Refused at the first call, as an encoder refuses (`pipeline.encode.stage.EncodeBlock`): one line.
+        self.refusal = None
+        if tokenizer_identity is not None and self.tokenizer.identity != tokenizer_identity:
+            self.refusal = ModelError(
+                f"this node's tokenizer is not the job's driver's ({self.tokenizer.identity} here, "
+                f"{tokenizer_identity} there): every node must hold the same model files"
+            )
         self.chunking = chunking
         self.clock = StageClock(record)
         self.packer = None if call_packs is None else Packer(chunking.max_tokens, call_packs)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
+        if self.refusal is not None:
+            raise self.refusal
         self.clock.begin(f"chunk:{rows_digest(batch)}")
         rows = []
         for doc in batch.to_pylist():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -42,6 +43,12 @@ class SentencePieceSplit:
     Metaspace alone give trailing white space a '▁' token and keep tabs and newlines inside words."""
 
 
+def identity(file_sha256: str, replaced_normalizer: str, lowercase: bool) -> str:
+    """Names what gives a tokenizer's ids: its file, what its class sets in place of the file's split, and the
+    lower-casing before it. The job's CPU stages compare their node's with the driver's."""
+    return hashlib.sha256(f"{file_sha256}|{replaced_normalizer}|{lowercase}".encode()).hexdigest()[:16]
+
+
 @dataclasses.dataclass(frozen=True)
 class Content:
     """A text's content tokens: `ids` and `offsets` (character spans in the text)."""
@@ -71,12 +78,14 @@ class Tokenizer:
         normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
         `split`: the normalizer and pre-tokenizer that the model's transformers tokenizer class sets instead of
         the file's (`_resplit`); None: the file's. `replaced_normalizer` names what that changed, or is "" where
-        it changed nothing."""
+        it changed nothing. `identity` names the ids it gives (`identity`)."""
         try:
-            self._tok = HFTokenizer.from_file(str(path))
+            raw = path.read_bytes()
+            self._tok = HFTokenizer.from_str(raw.decode())
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
         self.replaced_normalizer = _resplit(self._tok, split)
+        self.identity = identity(hashlib.sha256(raw).hexdigest(), self.replaced_normalizer, lowercase)
         if lowercase and not _lowercases(self._tok.normalizer):
             own = self._tok.normalizer
             rest = list(own) if isinstance(own, normalizers.Sequence) else [] if own is None else [own]

@@ -21,8 +21,9 @@ def test_an_encoder_whose_cpu_would_not_run_the_drivers_bfloat16_refuses_to_star
     """The driver's CPU had bfloat16 dot instructions and chose bfloat16; this node's CPU has none (its
     flags are given, so that the test holds on any CPU)."""
     cpu_flags("avx2", "fma")
+    refusing = EncodeBlock(None, EncoderConfig(dtype="bfloat16"))  # at its first call, which reaches the driver
     with pytest.raises(ConfigError, match="this encoder's node runs float32 where the job's driver chose bfloat16"):
-        EncodeBlock(None, EncoderConfig(dtype="bfloat16"))
+        refusing(pa.table({}))
 
 
 def test_an_encoder_runs_the_drivers_float32_on_any_cpu(cpu_flags):
@@ -33,8 +34,9 @@ def test_an_encoder_runs_the_drivers_float32_on_any_cpu(cpu_flags):
 def test_an_encoder_whose_node_holds_other_model_files_than_the_drivers_refuses_to_start():
     """A node's copy of the model (its cache of a URI, a path on its own disk) that differs from the driver's would
     write other numbers under the output's fingerprint."""
+    refusing = EncodeBlock(None, EncoderConfig(), model_fingerprint="0123456789abcdef")
     with pytest.raises(ModelError, match="this encoder's node holds other files for model .* than the job's driver"):
-        EncodeBlock(None, EncoderConfig(), model_fingerprint="0123456789abcdef")
+        refusing(pa.table({}))
     assert EncodeBlock(None, EncoderConfig(), model_fingerprint=model_dir.resolve(None).fingerprint).encoder
 
 

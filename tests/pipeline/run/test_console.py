@@ -17,6 +17,7 @@ from pipeline.run.console import (
     configure_ray_data,
     progress_shown,
     ray_init_args,
+    worker_errors_in_one_line,
 )
 from pipeline.run.report import RunReport
 
@@ -96,6 +97,34 @@ def test_ray_datas_records_of_a_storage_failure_are_dropped_off_verbose_only():
         assert shown("Exception occurred in Ray Data or Ray Core internal code.", handling=remote)
     finally:
         configure_ray_data("verbose")
+
+
+def test_a_user_error_raised_in_a_worker_is_the_drivers_error_of_that_kind_and_the_drivers_own_pass_as_they_are():
+    """A worker's error reaches the driver as text inside Ray's wrappers (a call's RayTaskError, an actor's
+    ActorDiedError): the run names it in one line. A storage failure adds that a rerun resumes."""
+    from ray.exceptions import RayTaskError
+
+    from pipeline.errors import ModelError, OutputError, StorageError
+
+    def raised(error: BaseException) -> BaseException:
+        with pytest.raises(BaseException) as caught, worker_errors_in_one_line():
+            raise error
+        return caught.value
+
+    refused = "this node's tokenizer is not the job's driver's (a here, b there): every node must hold the same"
+    remote = RayTaskError(
+        "MapWorker(MapBatches(ChunkBlock))", f"Traceback ...\npipeline.errors.ModelError: {refused}\n", None
+    )
+    assert (type(raised(remote)), str(raised(remote))) == (ModelError, refused)
+    down = RayTaskError(
+        "ReadRecordedInputs", "Traceback ...\npipeline.errors.StorageError: cannot read s3://b/k\n", None
+    )
+    assert isinstance(raised(down), StorageError)
+    assert (
+        str(raised(down)) == "cannot read s3://b/k (groups finished so far are kept: rerun the same command to resume)"
+    )
+    own, bug = OutputError("another run holds the output"), ValueError("a bug")
+    assert raised(own) is own and raised(bug) is bug
 
 
 def test_rays_token_auth_on_notice_is_dropped_off_verbose_only_and_the_off_warning_stays():

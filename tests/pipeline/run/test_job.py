@@ -19,6 +19,7 @@ import pytest
 import ray
 
 from pipeline import Embedder, JobConfig, run_job
+from pipeline.cli import embed
 from pipeline.encode.cpu_devices import MAX_CPU_DEVICES, forced_cpu_devices
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import place_encoders
@@ -360,6 +361,23 @@ def test_a_resume_keeps_the_recorded_groups_and_says_a_new_group_size_applies_on
     ]
     assert pq.read_table(out / "_inputs").column("group_docs").to_pylist() == [2, 2, 2, 2, 3, 3, 3]
     assert read_report(str(out))["output"]["groups_resumed"] == 1
+
+
+def test_a_node_whose_model_files_differ_from_the_drivers_stops_the_run_in_one_line(
+    ray_local, tmp_path, monkeypatch, capfd
+):
+    """The stages on every node load the model from their own copy (a URI's node cache, a path on their own disk).
+    One node here stands in for a node whose copy differs: the driver is made to hand the stages another
+    tokenizer's digest, as a node with another tokenizer.json would find. Its ids would be written under the output's
+    fingerprint: the run stops, saying so in one line, with no worker's traceback."""
+    graph = job.JobGraph
+    monkeypatch.setattr(job, "JobGraph", lambda *a: graph(*a[:-1], dataclasses.replace(a[-1], tokenizer_sha256="0")))
+    out = tmp_path / "out"
+    assert embed.main(["--input", str(SAMPLES / "text"), "--output", str(out)]) == 2
+    printed = capfd.readouterr()
+    assert printed.err.startswith("docembed: error: this node's tokenizer is not the job's driver's"), printed.err
+    assert len(printed.err.splitlines()) == 1 and "Traceback" not in printed.out + printed.err
+    assert not (out / "_SUCCESS").exists()
 
 
 def test_real_pdf_corpus_and_short_texts_pack_into_three_programs(ray_local, corpus, tmp_path):

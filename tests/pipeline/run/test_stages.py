@@ -7,9 +7,13 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pytest
 
+from pipeline.encode import model_dir
+from pipeline.errors import ModelError
 from pipeline.output.groups import record_groups, work_blocks
-from pipeline.run.stages import extract_block
+from pipeline.run.stages import ChunkBlock, extract_block
+from pipeline.text.chunking import ChunkingConfig
 
 from support import listing, loaded_modules
 
@@ -58,3 +62,14 @@ def test_the_run_coordinator_loads_neither_ray_data_nor_jax():
     """The coordinator's process starts with every job beside the stages' own: Ray Data's import would triple
     what it takes to start (`pipeline.run.listing_feed`'s docstring has the figures)."""
     assert loaded_modules("pipeline.run.tally", "m in ('ray.data', 'jax')") == "[]"
+
+
+def test_a_chunk_stage_whose_node_holds_another_tokenizer_than_the_drivers_refuses_at_its_first_call():
+    """Its ids would be written under the output's fingerprint. Refused at a call, which reaches the user as one
+    line, not in the constructor, whose traceback Ray prints whole."""
+    chunking = ChunkingConfig(max_tokens=256, overlap=32)
+    refusing = ChunkBlock(None, chunking, tokenizer_identity="0123456789abcdef")
+    with pytest.raises(ModelError, match="this node's tokenizer is not the job's driver's"):
+        refusing(pa.table({}))
+    same = ChunkBlock(None, chunking, tokenizer_identity=model_dir.resolve(None).tokenizer_identity)
+    assert same.refusal is None
