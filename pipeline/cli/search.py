@@ -30,14 +30,7 @@ def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
         if not table.num_rows:
             failed = report["counts"]["docs_failed"]
             raise UserError(f"{a['output']} holds no embedded chunk: its {failed} documents failed (see errors/)")
-        # The output's own --dim, so that the query is truncated alike.
-        embedder = Embedder.load(report["config"]["model"], dim=report["config"]["encoder"].get("dim"))
-        if embedder.fingerprint != report["model"]["fingerprint"]:
-            raise UserError(
-                f"{a['output']} was embedded by another model than the one loaded: {report['model']['id']} with "
-                f"fingerprint {report['model']['fingerprint']} then, {embedder.fingerprint} now (other files, or "
-                "an output an older docembed made); embed it again (--overwrite) to search it"
-            )
+        embedder = Embedder.for_output(a["output"], report)
         hits = nearest(table, embedder.embed([a["query"]], prompt=a["prompt"])[0], a["top"])  # the prompt is checked
     except UserError as e:
         return error_line(str(e))

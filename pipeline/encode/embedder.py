@@ -7,7 +7,7 @@ import numpy as np
 from pipeline.encode import model_dir
 from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.encode.encoder_config import check_shape
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, InputError
 from pipeline.text.tokenizer import Tokenizer
 
 # A handful of texts at a time: a call's last batch may shrink to a single row
@@ -35,6 +35,19 @@ class Embedder:
         cfg = EncoderConfig(**encoder_options)
         tokenizer = _fits(model_dir.tokenizer(spec.path), check_shape(spec, cfg)[0], "the special tokens")
         return cls(Encoder(spec, cfg, tail_halvings=INTERACTIVE_TAIL_HALVINGS), tokenizer)
+
+    @classmethod
+    def for_output(cls, output: str, report: dict) -> Embedder:
+        """The embedder of a finished output's queries: its model and its --dim (`report`: its `_SUCCESS`), so that
+        a query is truncated as its chunks were. InputError where the model loaded here did not make it."""
+        embedder = cls.load(report["config"]["model"], dim=report["config"]["encoder"].get("dim"))
+        if embedder.fingerprint != report["model"]["fingerprint"]:
+            raise InputError(
+                f"{output} was embedded by another model than the one loaded: {report['model']['id']} with "
+                f"fingerprint {report['model']['fingerprint']} then, {embedder.fingerprint} now (other files, or "
+                "an output an older docembed made); embed it again (--overwrite) to search it"
+            )
+        return embedder
 
     @property
     def dim(self) -> int:
