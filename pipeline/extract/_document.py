@@ -14,7 +14,8 @@ def extract_pages(data: bytes, kind: str, pdf_extractor: str = "auto") -> list[s
         raise DocumentError("EmptyFile", "the file is empty (0 bytes)")
     pages = pdf_pages(data, pdf_extractor) if kind == "pdf" else [_decode_text(data)]
     if not any(page.strip() for page in pages):
-        raise DocumentError("NoText", f"no extractable text in {len(pages)} page(s)")
+        where = f"{len(pages)} page{'s' * (len(pages) != 1)}" if kind == "pdf" else "the file: only white space"
+        raise DocumentError("NoText", f"no extractable text in {where}")
     return pages
 
 
@@ -33,6 +34,11 @@ def _decode_text(data: bytes) -> str:
     """The text of a UTF-8 file, or of a UTF-16 or UTF-32 one that starts with its byte-order mark; the mark
     is dropped (utf-8-sig drops UTF-8's), as it would otherwise become a token."""
     encoding = next((name for bom, name in _BOMS if data.startswith(bom)), "utf-8-sig")
+    if encoding == "utf-8-sig" and 0 in data[:2]:
+        # UTF-16 or UTF-32 without its mark: as UTF-8, its ASCII text decodes with a NUL in every other character.
+        raise DocumentError(
+            "UndecodableText", "UTF-16 or UTF-32 text without a byte-order mark: a text file is UTF-8, or carries one"
+        )
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as e:

@@ -89,7 +89,7 @@ def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
 
 
 def _paged(
-    entries: Iterator[tuple[str, int]], start_after: str | None, page_size: int, left_out: tuple[str, ...]
+    entries: Iterator[tuple[str, int | None]], start_after: str | None, page_size: int, left_out: tuple[str, ...]
 ) -> Iterator[Page]:
     uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
     said: set[str] = set()  # the suffixes of skipped files said so far: once each, a few at most
@@ -99,7 +99,7 @@ def _paged(
         last = uri
         if uri.startswith(left_out):
             continue
-        unnamed = _unnamed(uri)
+        unnamed = _unnamed(uri, size)
         kind = None if unnamed else kind_of(uri)
         if kind is None:
             skipped += 1
@@ -127,8 +127,10 @@ def _suffix(uri: str) -> str:
     return os.path.splitext(uri.rsplit("/", 1)[-1])[1].lower()
 
 
-def _unnamed(uri: str) -> str | None:
-    """Why a listed file cannot be named by a doc_id that reads it back, if it cannot."""
+def _unnamed(uri: str, size: int | None) -> str | None:
+    """Why a listed file cannot be read, or named by a doc_id that reads it back, if it cannot."""
+    if size is None:
+        return f"{redact(uri)}: not a regular file (a broken symbolic link, a pipe, a device)"
     if not is_utf8(uri):
         return f"{os.fsencode(uri)!r}: its name is not UTF-8, which a doc_id must be"
     if "?" in uri and is_uri(uri):
@@ -138,7 +140,7 @@ def _unnamed(uri: str) -> str | None:
     return None
 
 
-def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int]]:
+def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int | None]]:
     """(uri, size) of every file under `location`, ascending; checks now that it exists, lists when iterated."""
     if not str(location).strip():
         raise InputError("an input is an empty string (which would name the current directory)")
@@ -165,14 +167,14 @@ def tree(location: str) -> str:
     return uri_of(location, f"{path.rstrip('/')}/", path)
 
 
-def _failing_at(location: str, entries: Iterator[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+def _failing_at(location: str, entries: Iterator[tuple[str, int | None]]) -> Iterator[tuple[str, int | None]]:
     with failing_at(f"input {location}"):
         yield from entries
 
 
 def _entries(
     location: str, fs: pafs.FileSystem, path: str, start_after: str | None, page_size: int
-) -> Iterator[tuple[str, int]]:
+) -> Iterator[tuple[str, int | None]]:
     """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI."""
     scheme = scheme_of(location)
     base = tree(location)
@@ -191,8 +193,11 @@ def _entries(
         yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
 
 
-def _walk(directory: str, start_after: str | None, above: frozenset = frozenset()) -> Iterator[tuple[str, int]]:
-    """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time.
+def _walk(
+    directory: str, start_after: str | None, above: frozenset = frozenset()
+) -> Iterator[tuple[str, int | None]]:
+    """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time;
+    size None for an entry that is neither a regular file nor a directory.
 
     A directory sorts as its name followed by "/", as its files' paths do: `a-b`
     comes before `a/x`, which comes before `a0`. Symbolic links are followed,
@@ -216,8 +221,10 @@ def _walk(directory: str, start_after: str | None, above: frozenset = frozenset(
                 inside = entry.stat()
                 if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
                     yield from _walk(path, start_after, above)
-            elif entry.is_file() and (start_after is None or path > start_after):
-                yield path, entry.stat().st_size
+            elif start_after is None or path > start_after:
+                # Not a regular file (a broken symbolic link, a pipe, a device): listed to be skipped and counted,
+                # never read (a pipe's read would wait forever).
+                yield path, entry.stat().st_size if entry.is_file() else None
         except FileNotFoundError:
             continue  # removed since the directory was read
 

@@ -444,11 +444,14 @@ def _named(doc_id) -> bool:
 
 
 def _id_str(value):
-    """An id field's value as the text of a doc_id; None and ABSENT as they are."""
+    """An id field's value as the text of a doc_id; None and ABSENT as they are. A true or false, an object or a
+    list (a Parquet struct or list) is spelled as JSON spells it, so that the doc_id joins back on the source's."""
     if value is None or value is ABSENT:
         return value
     if isinstance(value, bytes):  # a binary column; bytes that are not UTF-8 keep a printable, stable form
         return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, (bool, dict, list)):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return str(value)

@@ -72,6 +72,20 @@ def test_utf16_and_utf32_are_read_by_their_byte_order_mark_and_nothing_else_gues
         extract_pages("Zürich ✓".encode("utf-16-le"), "text")  # no mark: not UTF-8, and not guessed
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_ascii_text_in_utf16_or_utf32_without_a_mark_is_undecodable_not_text_with_nuls(encoding):
+    """Without its mark, ASCII in UTF-16 or UTF-32 is valid UTF-8 with a NUL beside every character: stored as such
+    it would be a chunk text nobody reads, and a NUL token for each character where a tokenizer keeps them."""
+    with pytest.raises(DocumentError, match="UTF-16 or UTF-32 text without a byte-order mark") as caught:
+        extract_pages("Plain English words.\r\n".encode(encoding), "text")
+    assert caught.value.error_type == "UndecodableText"
+
+
+def test_a_text_file_of_white_space_has_no_text_and_is_not_said_to_have_pages():
+    with pytest.raises(DocumentError, match="^no extractable text in the file: only white space$"):
+        extract_pages(b" \n\t ", "text")
+
+
 @extractors
 def test_each_bad_document_raises_its_error_type(bad_documents, extractor):
     for name, (data, stage, error_type) in bad_documents.items():

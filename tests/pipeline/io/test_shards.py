@@ -267,6 +267,19 @@ def test_an_id_of_another_rows_positional_form_is_refused_so_doc_ids_stay_unique
     assert len({r["doc_id"] for r in rows}) == len(rows)
 
 
+def test_an_id_that_is_true_an_object_or_a_list_is_spelled_as_json_spells_it(tmp_path):
+    """So that a doc_id joins back on the source's id: Python's spelling (True, {'k': 1}) is nobody's."""
+    ids = [True, {"k": 1, "é": [2]}, [1, "two"], 7.0]
+    (tmp_path / "s.jsonl").write_text("\n".join(json.dumps({"id": i, "text": "some text"}) for i in ids))
+    pq.write_table(pa.table({"id": [{"k": 1}, {"k": 2}], "text": ["a", "b"]}), tmp_path / "s.parquet")
+    jsonl = [r["doc_id"].split("#", 1)[1] for r in iter_shard(str(tmp_path / "s.jsonl"), "jsonl")]
+    assert jsonl == ["true", '{"k":1,"é":[2]}', '[1,"two"]', "7"]
+    assert [r["doc_id"].split("#", 1)[1] for r in iter_shard(str(tmp_path / "s.parquet"), "parquet")] == [
+        '{"k":1}',
+        '{"k":2}',
+    ]
+
+
 def test_parquet_id_and_text_from_one_column_and_binary_columns(tmp_path):
     pq.write_table(pa.table({"text": ["one text", "two text"]}), tmp_path / "same.parquet")
     rows = list(iter_shard(str(tmp_path / "same.parquet"), "parquet", ShardFields(id="text", text="text")))
