@@ -141,8 +141,11 @@ class RunReport:
     def summary(self) -> str:
         """A few lines for a person reading the job log."""
         t = self.to_json()["throughput"]
+        # A shard is one input of many documents: then the documents are counted too, which the rest add up to.
+        docs = self.docs_ok + self.docs_failed
+        documents = f", {docs} documents" if docs != self.inputs else ""
         lines = [
-            f"docembed: {self.inputs} inputs ({self.skipped} skipped): {self.docs_ok} embedded, "
+            f"docembed: {self.inputs} inputs ({self.skipped} skipped){documents}: {self.docs_ok} embedded, "
             f"{self.docs_failed} failed; {self.chunks} chunks, {self.tokens} tokens in {self.wall_seconds:.1f}s",
             f"  throughput {t['tokens_per_s']:.0f} tokens/s, {t['docs_per_s']:.2f} docs/s; "
             f"padding efficiency {self.padding_efficiency:.1%}; "
@@ -156,8 +159,8 @@ class RunReport:
             lines.append("  errors: " + ", ".join(f"{k} x{v}" for k, v in self.error_types.most_common()))
         if self.changed_inputs:
             lines.append(
-                f"  warning: {self.changed_inputs} files differ in size from this output's recorded listing: they "
-                "changed after the run that listed them started, and were read as they are now, while groups "
+                f"  warning: files that differ in size from this output's recorded listing: {self.changed_inputs}; "
+                "they changed after the run that listed them started, and were read as they are now, while groups "
                 "finished before hold what was read then (--overwrite reads every file again)"
             )
         return "\n".join(lines)

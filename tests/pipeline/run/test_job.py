@@ -293,7 +293,7 @@ def test_a_rerun_works_from_the_recorded_listing_and_overwrite_lists_again(ray_l
     assert success["output"]["groups_resumed"] == 1 and success["output"]["groups"] == 3
     assert report.inputs == success["counts"]["inputs"] == 5
     assert report.changed_inputs == success["stages"]["read"]["changed"] == 1
-    assert "warning: 1 files differ in size from this output's recorded listing" in report.summary()
+    assert "warning: files that differ in size from this output's recorded listing: 1;" in report.summary()
     after = read_table(str(out))
     assert after.filter(pc.field("doc_id") != edited).equals(before.filter(pc.field("doc_id") != edited))
     assert "after the listing" in " ".join(after.filter(pc.field("doc_id") == edited).column("text").to_pylist())

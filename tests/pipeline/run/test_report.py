@@ -94,3 +94,16 @@ def test_the_report_says_what_each_encoder_ran_and_the_summary_each_setting_once
     )
     assert "  ran: bfloat16, mesh data=2," in report.summary()
     assert RunReport("m", "f", {}, inputs=0, skipped=0).ran_line() == "no encoder call"
+
+
+def test_the_summary_counts_documents_beside_inputs_where_shards_make_them_differ():
+    """A shard is one input of many documents, which the embedded and failed counts are."""
+    group = {"docs_ok": 8, "docs_failed": 1, "chunks": 9, "tokens": 90, "error_types": "{}"}
+    shards = RunReport("m", "f", {}, inputs=2, skipped=1)
+    shards.add_summaries([group])
+    shards.finish(1.0, {}, StageTable())
+    assert shards.summary().startswith("docembed: 2 inputs (1 skipped), 9 documents: 8 embedded, 1 failed;")
+    files = RunReport("m", "f", {}, inputs=9, skipped=0)
+    files.add_summaries([group])
+    files.finish(1.0, {}, StageTable())
+    assert files.summary().startswith("docembed: 9 inputs (0 skipped): 8 embedded, 1 failed;")
