@@ -6,19 +6,14 @@ import re
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
+from pypdfium2.internal import ErrorToStr
 
 from pipeline.extract._errors import encrypted
 
 
 def pdf_pages(data: bytes) -> list[str]:
     """PDF bytes -> text per page. Malformed input raises PdfiumError; a page that will not load is empty."""
-    try:
-        # No password: PDFium tries the empty user password, as pypdf's decrypt("") does.
-        pdf = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as e:
-        if e.err_code == pdfium_c.FPDF_ERR_PASSWORD:
-            raise encrypted() from None
-        raise
+    pdf = pdfium.PdfDocument(_load(data))  # `data` outlives it: PDFium reads the bytes in place
     try:
         pages, loaded, unloadable = [], 0, None
         for index in range(len(pdf)):
@@ -37,6 +32,23 @@ def pdf_pages(data: bytes) -> list[str]:
         return pages
     finally:
         pdf.close()  # closes its pages and text pages too: PDFium's memory goes now, not at the next GC
+
+
+def _load(data: bytes) -> pdfium_c.FPDF_DOCUMENT:
+    """PDF bytes -> PDFium's handle on the document; one PDFium cannot load raises EncryptedPDF or PdfiumError.
+
+    Not pdfium.PdfDocument(data): pypdfium2 takes a valid PDF without pages for a failed load (and leaves it open),
+    and names as the reason PDFium's last error, which only a failed load sets: "Success", or the previous
+    document's. A PDF without pages has no text, as with pypdf.
+    """
+    # No password: PDFium tries the empty user password, as pypdf's decrypt("") does.
+    raw = pdfium_c.FPDF_LoadMemDocument64(data, len(data), None)
+    if not raw:
+        code = pdfium_c.FPDF_GetLastError()  # this load's: a failed load always sets it (fpdf_view.cpp)
+        if code == pdfium_c.FPDF_ERR_PASSWORD:
+            raise encrypted()
+        raise pdfium.PdfiumError(f"Failed to load document (PDFium: {ErrorToStr.get(code, code)}).", err_code=code)
+    return raw
 
 
 # The control characters PDFium's text page leaves in a page's text (core/fpdftext/cpdf_textpage.cpp), and a lone
