@@ -26,7 +26,7 @@ if OWN_JAX_CACHE:
 
 from pipeline.encode.cpu_devices import use_cpu_devices  # noqa: E402
 
-from support import CORPUS, REPO, SAMPLES, encrypt  # noqa: E402
+from support import CORPUS, REPO, SAMPLES, encrypt, text_pdf  # noqa: E402
 
 # The test process has the CPU devices any encoder process here has (one per core, see
 # pipeline.encode.cpu_devices), whichever test starts JAX first.
@@ -99,6 +99,9 @@ def bad_documents(real_pdf: bytes) -> dict[str, tuple[bytes, str, str]]:
     return {
         "truncated.pdf": (real_pdf[: len(real_pdf) // 3], "extract", "CorruptPDF"),
         "random.pdf": (b"%PDF-1.7\n" + bytes(range(256)) * 40, "extract", "CorruptPDF"),
+        # A valid PDF without pages has no text. pypdfium2 took it for a failed load, with PDFium's last error for
+        # a reason: "Success", or the document before's, as random.pdf's here where one process reads them in turn.
+        "no-pages.pdf": (text_pdf([]), "extract", "NoText"),
         "zero.pdf": (b"", "extract", "EmptyFile"),
         "zero.txt": (b"", "extract", "EmptyFile"),
         "locked.pdf": (encrypt(real_pdf, user_password="secret", owner_password="owner"), "extract", "EncryptedPDF"),

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
+from pypdfium2.internal import ErrorToStr
 
 from pipeline.extract._errors import encrypted
 
 
 def pdf_pages(data: bytes) -> list[str]:
-    """PDF bytes -> text per page. Malformed input raises PdfiumError; a page that will not load is empty.
-
-    PDFium ends lines with CRLF; they become LF so both extractors give the same
-    character offsets for the same text.
-    """
-    try:
-        # No password: PDFium tries the empty user password, as pypdf's decrypt("") does.
-        pdf = pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as e:
-        if e.err_code == pdfium_c.FPDF_ERR_PASSWORD:
-            raise encrypted() from None
-        raise
+    """PDF bytes -> text per page. Malformed input raises PdfiumError; a page that will not load is empty."""
+    pdf = pdfium.PdfDocument(_load(data))  # `data` outlives it: PDFium reads the bytes in place
     try:
         pages, loaded, unloadable = [], 0, None
         for index in range(len(pdf)):
@@ -33,9 +26,55 @@ def pdf_pages(data: bytes) -> list[str]:
                 unloadable = unloadable or e
                 continue
             loaded += 1
-            pages.append(page.get_textpage().get_text_bounded().replace("\r\n", "\n"))
+            pages.append(_as_read(page.get_textpage().get_text_bounded()))
         if unloadable is not None and not loaded:
             raise unloadable  # no page at all: the document is what is broken
         return pages
     finally:
         pdf.close()  # closes its pages and text pages too: PDFium's memory goes now, not at the next GC
+
+
+def _load(data: bytes) -> pdfium_c.FPDF_DOCUMENT:
+    """PDF bytes -> PDFium's handle on the document; one PDFium cannot load raises EncryptedPDF or PdfiumError.
+
+    Not pdfium.PdfDocument(data): pypdfium2 takes a valid PDF without pages for a failed load (and leaves it open),
+    and names as the reason PDFium's last error, which only a failed load sets: "Success", or the previous
+    document's. A PDF without pages has no text, as with pypdf.
+    """
+    # No password: PDFium tries the empty user password, as pypdf's decrypt("") does.
+    raw = pdfium_c.FPDF_LoadMemDocument64(data, len(data), None)
+    if not raw:
+        code = pdfium_c.FPDF_GetLastError()  # this load's: a failed load always sets it (fpdf_view.cpp)
+        if code == pdfium_c.FPDF_ERR_PASSWORD:
+            raise encrypted()
+        raise pdfium.PdfiumError(f"Failed to load document (PDFium: {ErrorToStr.get(code, code)}).", err_code=code)
+    return raw
+
+
+# The control characters PDFium's text page leaves in a page's text (core/fpdftext/cpdf_textpage.cpp), and a lone
+# CR: PDFium writes CR only before LF.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Where a line ends in a hyphen and the word goes on at the next line's start, PDFium puts U+0002 in the hyphen's
+# place and leaves out the line break (FPDFText_IsHyphen is true there).
+_LINE_END_HYPHEN = "\x02"
+
+
+def _as_read(text: str) -> str:
+    """A page's text from PDFium -> as a reader reads it.
+
+    PDFium ends lines with CRLF; they become LF so both extractors give the same character offsets for the same
+    text. A line-end hyphen's marker joins the word, as Chrome's viewer, PDFium's own reader, does in copied and
+    found text (it drops the marker, U+FFFE in FPDFText_GetText's text), except before a capital: outside words in
+    capitals a syllable break never leaves one there, so that hyphen belongs to a compound ("Schwarz-Weiß") and
+    stays. Any other control character is a glyph's own code in a font that maps it
+    to no Unicode (FPDFText_HasUnicodeMapError is true there): TeX's big delimiters (CMEX10), a box (MSAM10), a
+    TrueType font's space (glyph 3). It stands for no letter, and a space keeps the words either side apart.
+    """
+    return _CONTROL.sub(_shown_as, text.replace("\r\n", "\n"))  # a page without controls comes back as it is
+
+
+def _shown_as(control: re.Match) -> str:
+    if control[0] != _LINE_END_HYPHEN:
+        return " "
+    after = control.string[control.end() : control.end() + 1]
+    return "-" if after.isupper() else ""

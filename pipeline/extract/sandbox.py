@@ -6,11 +6,14 @@ stream to gigabytes, or crash PDFium's C code. A `Sandbox` runs
 `python -m pipeline.extract.sandbox`, so it loads the extractors and nothing of Ray or
 JAX) and waits for each document at most `timeout_s`. The child caps its own
 address space at what it holds after loading the extractors plus `memory_mib`
-(RLIMIT_AS), so a bomb fails with MemoryError in the child, not with the node's
-OOM killer. A document that runs out of time, memory or crashes the child costs
-that one document (an error row: ExtractTimeout, ExtractMemoryLimit,
-ExtractorCrashed); the child is killed and a fresh one starts with the next
-document.
+(RLIMIT_AS), so a bomb fails in the child, not with the node's OOM killer. A
+document that runs out of time, memory or crashes the child costs that one
+document (an error row: ExtractTimeout, ExtractMemoryLimit, ExtractorCrashed);
+the child is killed and a fresh one starts with the next document. Python's
+MemoryError is ExtractMemoryLimit. PDFium aborts the process when an allocation
+fails, and an abort does not say why (libc++'s and glibc's checks abort too), so
+a bomb under `pdfium` is ExtractorCrashed (SIGABRT) with the memory bound in its
+message.
 
 Wire protocol over a socket pair (pickled tuples, trusted both ways: both ends
 are ours): the child first sends ("ready",) or ("failed", why); then per request

@@ -94,7 +94,7 @@ def test_each_bad_document_raises_its_error_type(bad_documents, extractor):
         with pytest.raises(DocumentError) as caught:
             extract_pages(data, kind_of(name), extractor)
         assert caught.value.error_type == error_type, name
-        assert str(caught.value), name
+        assert str(caught.value) and "Success" not in str(caught.value), name
 
 
 def _outcome(data: bytes, extractor: str) -> list[str] | str:
@@ -157,19 +157,23 @@ def test_every_corpus_pdf_yields_text_or_a_document_error(outcomes, extractor):
 ONLY_PYPDF_FINDS_TEXT = {"imagemagick-images.pdf"}
 # Words agreeing below the threshold: the Arabic "habibi" files, which PDFium
 # returns as presentation forms and stray glyphs where pypdf returns letters
-# (Jaccard 0.40, cosine 0.64-0.69), and annotated_pdf.pdf, six words of which
+# (Jaccard 0.40, cosine 0.74-0.76), and annotated_pdf.pdf, six words of which
 # pypdf glues two ("Line 1Line 2": Jaccard 0.75, cosine 0.986).
 LOW_WORD_AGREEMENT = {"habibi.pdf", "habibi-oneline-cmap.pdf", "habibi-rotated.pdf", "annotated_pdf.pdf"}
 LOW_EMBEDDING_AGREEMENT = {"habibi.pdf", "habibi-oneline-cmap.pdf", "habibi-rotated.pdf"}
 # Measured over the 23 PDFs both extract: Jaccard median 1.0, lowest otherwise
-# 0.908 (GeoTopo: formulas); cosine median 1.0, lowest otherwise 0.986.
+# 0.906 (GeoTopo: formulas); cosine median 1.0, lowest otherwise 0.986.
 MIN_WORD_JACCARD = 0.9
 MIN_EMBEDDING_COSINE = 0.98
 
 
 def _words(pages: list[str]) -> set[str]:
-    """NFKC folds ligatures (pypdf keeps 'ﬁ', PDFium spells 'fi'), so words compare as a reader sees them."""
-    return set(re.findall(r"\w+", unicodedata.normalize("NFKC", " ".join(pages)).casefold()))
+    r"""Words as a reader reads them: NFKC folds ligatures (pypdf keeps 'ﬁ', PDFium spells 'fi'), and a word
+    hyphenated at a line end is one word (pypdf keeps 'ultri-\nces', PDFium joins 'ultrices'; before a capital
+    both keep the hyphen, 'Schwarz-Weiß')."""
+    text = unicodedata.normalize("NFKC", " ".join(pages))
+    text = re.sub(r"-\n(\w)", lambda m: m[1] if m[1].islower() else m[0], text)
+    return set(re.findall(r"\w+", text.casefold()))
 
 
 def _doc_embedding(pages: list[str], tokenizer: Tokenizer, embedder: Embedder) -> np.ndarray:
