@@ -271,24 +271,6 @@ def test_a_t5_tokenizer_splits_text_as_transformers_t5tokenizer_does(tmp_path, t
     assert model_dir.resolve(str(path)).normalizer == ("" if generic else T5_PIECES)
 
 
-def test_a_tokenizer_class_whose_split_docembed_does_not_know_is_refused(tmp_path):
-    """LlamaTokenizer, named by a Llama model, sets a Metaspace split of its own whatever tokenizer.json says (a
-    Mistral model naming it loads the generic class: tests/make_tokenizer_parity.py); docembed does not mirror it,
-    so the model is refused rather than tokenised otherwise than sentence-transformers does."""
-    path = tmp_path / "llama"
-    shutil.copytree(FAMILY_FIXTURES / "llama-embedding", path)
-    edit_json(path, "tokenizer_config.json", lambda c: c | {"tokenizer_class": "LlamaTokenizerFast"})
-    with pytest.raises(ModelError, match=r"tokenizer class LlamaTokenizer is not supported; .* BertTokenizer, "):
-        model_dir.resolve(str(path))
-
-
-def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused(tmp_path):
-    path = copy_model(tmp_path)
-    edit_json(path, "tokenizer_config.json", lambda c: {**c, "do_lower_case": "yes"})
-    with pytest.raises(ModelError, match=r"the tokenizer's do_lower_case 'yes' is not true or false"):
-        model_dir.resolve(str(path))
-
-
 def add_layer_norm_module(path) -> None:
     modules = json.loads((path / "modules.json").read_text())
     modules.insert(2, {"idx": 2, "name": "2", "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"})

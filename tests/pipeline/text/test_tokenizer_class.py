@@ -1,0 +1,24 @@
+"""The tokenizer class docembed takes transformers 5's AutoTokenizer to load, and what it refuses; the ids each
+class gives are tests/pipeline/text/test_tokenizer_parity.py's."""
+
+import pytest
+
+from pipeline.errors import ModelError
+from pipeline.text import tokenizer_class
+
+from support import FAMILY_FIXTURES
+
+
+def test_a_tokenizer_class_whose_split_docembed_does_not_know_is_refused():
+    """LlamaTokenizer, named by a Llama model, sets a Metaspace split of its own whatever tokenizer.json says (a
+    Mistral model naming it loads the generic class: tests/make_tokenizer_parity.py); docembed does not mirror it,
+    so the model is refused rather than tokenised otherwise than sentence-transformers does."""
+    path = FAMILY_FIXTURES / "llama-embedding"
+    with pytest.raises(ModelError, match=r"tokenizer class LlamaTokenizer is not supported; .* BertTokenizer, "):
+        tokenizer_class.split(path, {"model_type": "llama"}, {"tokenizer_class": "LlamaTokenizerFast"})
+
+
+def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused():
+    path = FAMILY_FIXTURES / "bert-pooler"
+    with pytest.raises(ModelError, match=r"the tokenizer's do_lower_case 'yes' is not true or false"):
+        tokenizer_class.split(path, {"model_type": "bert"}, {"do_lower_case": "yes"})
