@@ -5,7 +5,8 @@ emoji, case), for every model directory under tests/fixtures/families/, the bund
 them in layouts the hub's models have and those directories lack. transformers 5's model-specific tokenizer
 classes set a normalizer and pre-tokenizer of their own whatever tokenizer.json holds, so the edits give each
 class a file that splits otherwise: XLM-R's (a Replace of repeated spaces, Metaspace alone), also under a BERT or
-GTE config that names XLMRobertaTokenizer (paraphrase-multilingual-*, gte-multilingual-base); an older T5 one; BERT
+GTE config that names XLMRobertaTokenizer (paraphrase-multilingual-*, gte-multilingual-base); an older T5 one,
+under T5Tokenizer and the generic class it names; BERT
 and MPNet ones with another normalizer or pre-tokenizer; a cased BertNormalizer under families whose
 AutoTokenizer class is BERT's or the generic one; RoBERTa's byte-level layout; and a Qwen3 naming the generic class.
 
@@ -81,6 +82,14 @@ CASES = {
     "t5-older-split": (
         "t5-encoder-st",
         {"tokenizer.json": SENTENCEPIECE_SPLIT, "tokenizer_config.json": {"tokenizer_class": None}},
+    ),
+    "t5-older-split-named": ("t5-encoder-st", {"tokenizer.json": SENTENCEPIECE_SPLIT}),
+    "t5-older-split-named-generic": (
+        "t5-encoder-st",
+        {
+            "tokenizer.json": SENTENCEPIECE_SPLIT,
+            "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"},
+        },
     ),
     "bert-normalizer-sequence": (
         DEFAULT,
@@ -165,10 +174,35 @@ def write_case(base: Path, dst: Path, edits: dict) -> None:
     top-level keys set (a value None: the key removed)."""
     shutil.copytree(base, dst, ignore=shutil.ignore_patterns("*.safetensors"))
     for name, changes in edits.items():
-        whole = json.loads((dst / name).read_text()) if (dst / name).is_file() else {}
+        file = dst / name
+        whole = json.loads(file.read_text()) if file.is_file() else {}
         for key, value in changes.items():
-            whole.pop(key, None) if value is None else whole.__setitem__(key, value)
-        (dst / name).write_text(json.dumps(whole, ensure_ascii=False))
+            if value is None:
+                whole.pop(key, None)
+            else:
+                whole[key] = value
+        file.write_text(json.dumps(whole, ensure_ascii=False))
+
+
+def transformers_ids(path: Path, texts: list[str]) -> dict:
+    """The class and the ids of `texts` of the tokenizer sentence-transformers loads from the model directory
+    `path`: transformers' AutoTokenizer, given the Transformer module's tokenizer_args."""
+    import transformers  # here: the tests import this module without it
+
+    module = path / "sentence_bert_config.json"
+    args = json.loads(module.read_text()).get("tokenizer_args", {}) if module.is_file() else {}
+    tok = transformers.AutoTokenizer.from_pretrained(str(path), **args)
+    return {"class": type(tok).__name__, "ids": [tok(text)["input_ids"] for text in texts]}
+
+
+def write_fixture(out: Path, script: str, texts: list[str], cases: dict) -> None:
+    """`texts` and `cases` (name -> what was recorded) to `out`, a case a line, naming what made them."""
+    import transformers
+
+    made = f"made by tests/{script} with transformers {transformers.__version__}"
+    lines = [f"  {json.dumps(name)}: {json.dumps(case, ensure_ascii=False)}" for name, case in cases.items()]
+    head = f'{{"made": {json.dumps(made)},\n "texts": {json.dumps(texts, ensure_ascii=False)},\n "cases": {{\n'
+    out.write_text(head + ",\n".join(lines) + "\n }\n}\n")
 
 
 def all_cases() -> dict[str, tuple[str, dict]]:
@@ -178,23 +212,12 @@ def all_cases() -> dict[str, tuple[str, dict]]:
 
 
 def main() -> None:
-    import transformers  # here: the tests import write_case without it
-
     cases = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (base, edits) in all_cases().items():
             write_case(base_dir(base), Path(tmp) / name, edits)
-            tok = transformers.AutoTokenizer.from_pretrained(str(Path(tmp) / name))
-            cases[name] = {
-                "base": base,
-                "edits": edits,
-                "class": type(tok).__name__,
-                "ids": [tok(text)["input_ids"] for text in TEXTS],
-            }
-    made = f"made by tests/make_tokenizer_parity.py with transformers {transformers.__version__}"
-    lines = [f"  {json.dumps(name)}: {json.dumps(case, ensure_ascii=False)}" for name, case in cases.items()]
-    head = f'{{"made": {json.dumps(made)},\n "texts": {json.dumps(TEXTS, ensure_ascii=False)},\n "cases": {{\n'
-    OUT.write_text(head + ",\n".join(lines) + "\n }\n}\n")  # a case a line
+            cases[name] = {"base": base, "edits": edits} | transformers_ids(Path(tmp) / name, TEXTS)
+    write_fixture(OUT, Path(__file__).name, TEXTS, cases)
 
 
 if __name__ == "__main__":
