@@ -157,6 +157,14 @@ CASES = {
         "qwen3-embedding",
         {"tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"}},
     ),
+    # Qwen2's own class, whatever is named.
+    "qwen2-named-bert": ("qwen2-embedding", {"tokenizer_config.json": {"tokenizer_class": "BertTokenizer"}}),
+    "qwen2-named-gpt2": ("qwen2-embedding", {"tokenizer_config.json": {"tokenizer_class": "GPT2TokenizerFast"}}),
+    # A Llama 3 derivative: a byte-level tokenizer.json under the old LlamaTokenizer name.
+    "llama-byte-level-named-llama": (
+        "qwen3-embedding",
+        {"config.json": {"model_type": "llama"}, "tokenizer_config.json": {"tokenizer_class": "LlamaTokenizerFast"}},
+    ),
 }
 
 

@@ -38,7 +38,7 @@ TOKENIZER_BUILDS = {
 GENERIC_TOKENIZER = "TokenizersBackend"  # what AutoTokenizer loads where no class of a model's own applies
 # config.json's model_type -> the class transformers 5's AutoTokenizer loads (models/auto/tokenization_auto.py,
 # TOKENIZER_MAPPING_NAMES), for the families docembed runs; one not here (llama, GTE's hub name "new") loads the
-# generic class unless the model names another.
+# class the model names, else the generic one.
 AUTO_TOKENIZERS = {
     "bert": "BertTokenizer",
     "distilbert": "BertTokenizer",
@@ -54,6 +54,14 @@ AUTO_TOKENIZERS = {
     "modernbert": GENERIC_TOKENIZER,
     "mistral": GENERIC_TOKENIZER,  # without mistral-common and a tekken.json, which docembed does not read
 }
+# The families whose own class AutoTokenizer loads whatever class their files name (tokenization_auto.py,
+# AutoTokenizer.from_pretrained, where the named class differs from the model_type's): those it lists in
+# MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS (qwen2, modernbert), and those whose own class is the generic one
+# (ModernBERT's files name PreTrainedTokenizerFast, Mistral's LlamaTokenizer).
+OWN_CLASS_WINS = frozenset({"qwen2", "modernbert", "mistral"})
+# The class Llama models name, which sets a Metaspace split of its own (not mirrored here: refused). AutoTokenizer
+# loads the generic class in its place where tokenizer.json is byte-level, Llama 3's layout under the old name.
+LLAMA_TOKENIZER = "LlamaTokenizer"
 # tokenizer_config.json's key -> BertSettings' field
 BERT_SETTINGS = {
     "do_lower_case": "lowercase",
@@ -68,11 +76,17 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
     """How the tokenizer class transformers loads for the model directory `path` splits text
     (`TOKENIZER_BUILDS`), from its config.json and what transformers' tokenizer loader is given (`loader`:
     tokenizer_config.json, the Transformer module's tokenizer_args over it); None: as tokenizer.json does."""
-    name = _tokenizer_class(config, loader)
+    name = _tokenizer_class(path, config, loader)
     build = TOKENIZER_BUILDS.get(name)
     if build is None:
+        why = ""
+        if name == LLAMA_TOKENIZER:
+            why = (
+                " (it splits text with a Metaspace of its own whatever tokenizer.json says; transformers loads the "
+                "file as written in its place only where the file is byte-level)"
+            )
         raise ModelError(
-            f"{path}: tokenizer class {name} is not supported; docembed splits text as transformers' "
+            f"{path}: tokenizer class {name} is not supported{why}; docembed splits text as transformers' "
             f"{', '.join(TOKENIZER_BUILDS)} do (PreTrainedTokenizerFast: as tokenizer.json says)"
         )
     if build == "bert":
@@ -80,17 +94,29 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
     return SentencePieceSplit() if build == "sentencepiece" else None
 
 
-def _tokenizer_class(config: dict, loader: dict) -> str:
-    """The tokenizer class transformers 5's AutoTokenizer loads: the one the loader or config.json names (its
-    "...Fast" name is the class), else the one of config.json's model_type. A family whose own class is the
-    generic one loads that whatever is named: ModernBERT's hub files name PreTrainedTokenizerFast, Mistral's
-    LlamaTokenizer. (For Qwen2 AutoTokenizer takes the family's own over a named one; both split as the file.)"""
-    own = AUTO_TOKENIZERS.get(config.get("model_type"))
+def _tokenizer_class(path: Path, config: dict, loader: dict) -> str:
+    """The tokenizer class transformers 5's AutoTokenizer loads: the family's own where it wins
+    (`OWN_CLASS_WINS`) or nothing is named, else the one the loader or config.json names (its "...Fast" name is
+    the class; LlamaTokenizer over a byte-level tokenizer.json is the generic class)."""
+    model_type = config.get("model_type")
     named = loader.get("tokenizer_class") or config.get("tokenizer_class")
-    if named is None or own == GENERIC_TOKENIZER:
-        return own or GENERIC_TOKENIZER
+    if named is None or model_type in OWN_CLASS_WINS:
+        return AUTO_TOKENIZERS.get(model_type, GENERIC_TOKENIZER)
     named = str(named)
-    return named if named in TOKENIZER_BUILDS else named.removesuffix("Fast")
+    if named in TOKENIZER_BUILDS:
+        return named
+    named = named.removesuffix("Fast")
+    return GENERIC_TOKENIZER if named == LLAMA_TOKENIZER and _byte_level(path) else named
+
+
+def _byte_level(path: Path) -> bool:
+    """Whether the directory's tokenizer.json holds a ByteLevel part (pre-tokenizer, decoder or post-processor),
+    by transformers' own test (TokenizersBackend._tokenizer_json_has_byte_level): the name in the file's text."""
+    file = path / "tokenizer.json"
+    try:
+        return '"ByteLevel"' in file.read_text(encoding="utf-8")
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read {file}: {e}") from None
 
 
 def _bert_settings(path: Path, loader: dict) -> BertSettings:

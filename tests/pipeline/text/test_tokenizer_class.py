@@ -9,12 +9,17 @@ from pipeline.text import tokenizer_class
 from support import FAMILY_FIXTURES
 
 
-def test_a_tokenizer_class_whose_split_docembed_does_not_know_is_refused():
-    """LlamaTokenizer, named by a Llama model, sets a Metaspace split of its own whatever tokenizer.json says (a
-    Mistral model naming it loads the generic class: tests/make_tokenizer_parity.py); docembed does not mirror it,
-    so the model is refused rather than tokenised otherwise than sentence-transformers does."""
-    path = FAMILY_FIXTURES / "llama-embedding"
-    with pytest.raises(ModelError, match=r"tokenizer class LlamaTokenizer is not supported; .* BertTokenizer, "):
+def test_a_llama_tokenizer_over_a_sentencepiece_style_file_is_refused_saying_why():
+    """LlamaTokenizer, named by a Llama model, sets a Metaspace split of its own whatever tokenizer.json says;
+    docembed does not mirror it, so the model is refused rather than tokenised otherwise than
+    sentence-transformers does. (Over a byte-level file AutoTokenizer loads the generic class, and a Mistral
+    model naming it loads its own, the generic one: both are cases of tests/make_tokenizer_parity.py.)"""
+    path = FAMILY_FIXTURES / "llama-embedding"  # tokenizer.json: SentencePiece-style, '▁' for spaces
+    with pytest.raises(
+        ModelError,
+        match=r"tokenizer class LlamaTokenizer is not supported \(it splits text with a Metaspace of its own "
+        r"whatever tokenizer.json says; .* only where the file is byte-level\); .* BertTokenizer, ",
+    ):
         tokenizer_class.split(path, {"model_type": "llama"}, {"tokenizer_class": "LlamaTokenizerFast"})
 
 
