@@ -6,11 +6,14 @@ them in layouts the hub's models have and those directories lack. transformers 5
 classes set a normalizer and pre-tokenizer of their own whatever tokenizer.json holds, so the edits give each
 class a file that splits otherwise: XLM-R's (a Replace of repeated spaces, Metaspace alone), also under a BERT or
 GTE config that names XLMRobertaTokenizer (paraphrase-multilingual-*, gte-multilingual-base); an older T5 one,
-under T5Tokenizer and the generic class it names; BERT
-and MPNet ones with another normalizer or pre-tokenizer; a cased BertNormalizer under families whose
-AutoTokenizer class is BERT's or the generic one; RoBERTa's byte-level layout; and a Qwen3 naming the generic class.
+under T5Tokenizer and the generic class it names; BERT and MPNet ones with another normalizer or pre-tokenizer; a
+cased BertNormalizer under families whose AutoTokenizer class is BERT's or the generic one; RoBERTa's byte-level
+layout; a Qwen3 naming the generic class, a Qwen2 naming others, a Llama naming LlamaTokenizer over a byte-level
+file; and add_prefix_space, in tokenizer_config.json or tokenizer_args, under the classes that read it and some
+that do not.
 
-Each case is a copy of a directory without its weights, with its edits (`write_case`); the test
+Each case is a copy of a directory without its weights, with its edits (`write_case`), loaded with its
+Transformer module's tokenizer_args as sentence-transformers loads it (`transformers_ids`); the test
 (tests/pipeline/text/test_tokenizer_parity.py) makes the same directory and checks docembed's ids against these.
 Needs transformers (`.venv-bench`); the tests only read the file.
 
@@ -60,6 +63,27 @@ SENTENCEPIECE_SPLIT = {
     "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
 }
 BERT_NORMALIZER = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True, "strip_accents": None}
+BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+# RoBERTa's layout (byte-level BPE, <s> text </s>) on the byte-level vocabulary of the qwen3 fixture, its
+# <|im_start|> and <|im_end|> standing for <s> and </s>.
+ROBERTA_LAYOUT = {
+    "config.json": {"model_type": "roberta"},
+    "tokenizer.json": {
+        "normalizer": None,
+        "pre_tokenizer": BYTE_LEVEL,
+        "post_processor": {
+            "type": "RobertaProcessing",
+            "sep": ["<|im_end|>", 2],
+            "cls": ["<|im_start|>", 1],
+            "trim_offsets": True,
+            "add_prefix_space": False,
+        },
+    },
+    "tokenizer_config.json": {"tokenizer_class": "RobertaTokenizer", "padding_side": None}
+    | dict.fromkeys(["bos_token", "cls_token"], "<|im_start|>")
+    | dict.fromkeys(["eos_token", "sep_token"], "<|im_end|>")
+    | dict.fromkeys(["unk_token", "pad_token", "mask_token"], "<|endoftext|>"),
+}
 # name -> (base: a directory of tests/fixtures/families or DEFAULT, edits: a JSON file -> its top-level keys set,
 # None removing one); every families directory and the bundled model are cases of their own, unedited.
 CASES = {
@@ -125,34 +149,7 @@ CASES = {
         {"tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}}},
     ),
     "gte-new-cased-file": ("gte-new-ntk", {"tokenizer.json": {"normalizer": BERT_NORMALIZER | {"lowercase": False}}}),
-    # RoBERTa's layout (byte-level BPE, <s> text </s>) on the byte-level vocabulary of the qwen3 fixture, its
-    # <|im_start|> and <|im_end|> standing for <s> and </s>.
-    "roberta-hub-layout": (
-        "qwen3-embedding",
-        {
-            "config.json": {"model_type": "roberta"},
-            "tokenizer.json": {
-                "normalizer": None,
-                "pre_tokenizer": {
-                    "type": "ByteLevel",
-                    "add_prefix_space": False,
-                    "trim_offsets": True,
-                    "use_regex": True,
-                },
-                "post_processor": {
-                    "type": "RobertaProcessing",
-                    "sep": ["<|im_end|>", 2],
-                    "cls": ["<|im_start|>", 1],
-                    "trim_offsets": True,
-                    "add_prefix_space": False,
-                },
-            },
-            "tokenizer_config.json": {"tokenizer_class": "RobertaTokenizer", "padding_side": None}
-            | dict.fromkeys(["bos_token", "cls_token"], "<|im_start|>")
-            | dict.fromkeys(["eos_token", "sep_token"], "<|im_end|>")
-            | dict.fromkeys(["unk_token", "pad_token", "mask_token"], "<|endoftext|>"),
-        },
-    ),
+    "roberta-hub-layout": ("qwen3-embedding", ROBERTA_LAYOUT),
     "qwen3-named-generic": (
         "qwen3-embedding",
         {"tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast"}},
@@ -164,6 +161,33 @@ CASES = {
     "llama-byte-level-named-llama": (
         "qwen3-embedding",
         {"config.json": {"model_type": "llama"}, "tokenizer_config.json": {"tokenizer_class": "LlamaTokenizerFast"}},
+    ),
+    # add_prefix_space: XLMRobertaTokenizer's Metaspace prepends to no word without it (null too), RobertaTokenizer
+    # and Qwen2Tokenizer rebuild their ByteLevel with it (false where it is not said, whatever the file says);
+    # T5Tokenizer and the generic class leave it.
+    "xlmr-no-prefix-space": ("xlm-roberta-mlm-prefix", {"tokenizer_config.json": {"add_prefix_space": False}}),
+    "xlmr-tokenizer-args-prefix-space-null": (
+        "xlm-roberta-mlm-prefix",
+        {"sentence_bert_config.json": {"tokenizer_args": {"add_prefix_space": None}}},
+    ),
+    "t5-no-prefix-space": ("t5-encoder-st", {"tokenizer_config.json": {"add_prefix_space": False}}),
+    "roberta-prefix-space": (
+        "qwen3-embedding",
+        ROBERTA_LAYOUT
+        | {"tokenizer_config.json": ROBERTA_LAYOUT["tokenizer_config.json"] | {"add_prefix_space": True}},
+    ),
+    "roberta-file-prefix-space": (
+        "qwen3-embedding",
+        ROBERTA_LAYOUT
+        | {
+            "tokenizer.json": ROBERTA_LAYOUT["tokenizer.json"]
+            | {"pre_tokenizer": BYTE_LEVEL | {"add_prefix_space": True}}
+        },
+    ),
+    "qwen2-prefix-space": ("qwen2-embedding", {"tokenizer_config.json": {"add_prefix_space": True}}),
+    "qwen3-named-generic-prefix-space": (
+        "qwen3-embedding",
+        {"tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "add_prefix_space": True}},
     ),
 }
 

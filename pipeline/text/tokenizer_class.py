@@ -11,16 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.errors import ModelError
-from pipeline.text.tokenizer import BertSettings, SentencePieceSplit
+from pipeline.text.tokenizer import BertSettings, ByteLevelSplit, SentencePieceSplit
 
 # How transformers 5 builds each tokenizer class from tokenizer.json. A class with an __init__ of its own is
 # given the file's vocabulary, post-processor and Precompiled character map alone, and sets its normalizer and
 # pre-tokenizer itself (TokenizersBackend.convert_to_native_format):
 #   "sentencepiece": a split on white space before Metaspace (`SentencePieceSplit`);
 #   "bert": a BertNormalizer from tokenizer_config.json and BertPreTokenizer (`BertSettings`);
-#   "file": tokenizer.json as written: the generic classes load it whole, and the other classes here set the
-#           pipeline their families' hub files hold (RobertaTokenizer: ByteLevel; Qwen2Tokenizer: NFC, its split,
-#           ByteLevel; GemmaTokenizer: spaces to '▁', split after them).
+#   "bytelevel": the pipeline its family's hub files hold (RobertaTokenizer: ByteLevel; Qwen2Tokenizer: NFC, its
+#                split, ByteLevel), with the ByteLevel's add_prefix_space its own (`ByteLevelSplit`);
+#   "file": tokenizer.json as written: the generic classes load it whole, and GemmaTokenizer sets the pipeline
+#           its family's files hold (spaces to '▁', split after them).
 # A class's "...Fast" name is the class itself in transformers 5. A class not here is refused: docembed does not
 # know how it splits text.
 TOKENIZER_BUILDS = {
@@ -29,12 +30,17 @@ TOKENIZER_BUILDS = {
     "BertTokenizer": "bert",
     "DistilBertTokenizer": "bert",
     "MPNetTokenizer": "bert",
-    "RobertaTokenizer": "file",
-    "Qwen2Tokenizer": "file",
+    "RobertaTokenizer": "bytelevel",
+    "Qwen2Tokenizer": "bytelevel",
     "GemmaTokenizer": "file",
     "PreTrainedTokenizerFast": "file",
     "TokenizersBackend": "file",
 }
+# The classes that build their pre-tokenizer with the loader's add_prefix_space, whose defaults are
+# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's Metaspace prepends '▁' to every word or
+# to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space before the text or not. T5Tokenizer
+# always prepends, whatever it says.
+PREFIX_SPACE_CLASSES = frozenset({"XLMRobertaTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"})
 GENERIC_TOKENIZER = "TokenizersBackend"  # what AutoTokenizer loads where no class of a model's own applies
 # config.json's model_type -> the class transformers 5's AutoTokenizer loads (models/auto/tokenization_auto.py,
 # TOKENIZER_MAPPING_NAMES), for the families docembed runs; one not here (llama, GTE's hub name "new") loads the
@@ -69,10 +75,10 @@ BERT_SETTINGS = {
     "tokenize_chinese_chars": "handle_chinese_chars",
 }
 # The loader's keys that the classes here read: where tokenizer_args set them, docembed applies them.
-SETTINGS = tuple(BERT_SETTINGS)
+SETTINGS = (*BERT_SETTINGS, "add_prefix_space")
 
 
-def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePieceSplit | None:
+def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePieceSplit | ByteLevelSplit | None:
     """How the tokenizer class transformers loads for the model directory `path` splits text
     (`TOKENIZER_BUILDS`), from its config.json and what transformers' tokenizer loader is given (`loader`:
     tokenizer_config.json, the Transformer module's tokenizer_args over it); None: as tokenizer.json does."""
@@ -91,7 +97,10 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
         )
     if build == "bert":
         return _bert_settings(path, loader)
-    return SentencePieceSplit() if build == "sentencepiece" else None
+    if build == "file":
+        return None
+    kind = SentencePieceSplit if build == "sentencepiece" else ByteLevelSplit
+    return kind(_add_prefix_space(path, loader, kind.add_prefix_space)) if name in PREFIX_SPACE_CLASSES else kind()
 
 
 def _tokenizer_class(path: Path, config: dict, loader: dict) -> str:
@@ -129,3 +138,12 @@ def _bert_settings(path: Path, loader: dict) -> BertSettings:
             raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
         settings[field] = value
     return BertSettings(**settings)
+
+
+def _add_prefix_space(path: Path, loader: dict, default: bool) -> bool:
+    """The loader's add_prefix_space, `default` where it says none. null is false, as XLMRobertaTokenizer and
+    Qwen2Tokenizer read it (transformers 5 writes Qwen2Tokenizer's default as null)."""
+    value = loader.get("add_prefix_space", default)
+    if value is not None and not isinstance(value, bool):
+        raise ModelError(f"{path}: the tokenizer's add_prefix_space {value!r} is not true or false")
+    return bool(value)

@@ -23,7 +23,16 @@ def test_a_llama_tokenizer_over_a_sentencepiece_style_file_is_refused_saying_why
         tokenizer_class.split(path, {"model_type": "llama"}, {"tokenizer_class": "LlamaTokenizerFast"})
 
 
-def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused():
+@pytest.mark.parametrize(
+    "model_type, setting",
+    [
+        ("bert", {"do_lower_case": "yes"}),
+        ("xlm-roberta", {"add_prefix_space": "yes"}),
+        ("qwen2", {"add_prefix_space": 1}),
+    ],
+)
+def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused(model_type, setting):
     path = FAMILY_FIXTURES / "bert-pooler"
-    with pytest.raises(ModelError, match=r"the tokenizer's do_lower_case 'yes' is not true or false"):
-        tokenizer_class.split(path, {"model_type": "bert"}, {"do_lower_case": "yes"})
+    ((key, value),) = setting.items()
+    with pytest.raises(ModelError, match=rf"the tokenizer's {key} {value!r} is not true or false"):
+        tokenizer_class.split(path, {"model_type": model_type}, setting)
