@@ -80,7 +80,9 @@ class ModelSpec:
     default_prompt_name: str | None = None
     include_prompt: bool = True  # the prompt's tokens are pooled with the text's
     lowercase: bool = False  # the tokenizer lower-cases first (`tokenizer`)
-    normalizer: str = ""  # the BertNormalizer settings that replace tokenizer.json's (`tokenizer`), as JSON
+    # What the tokenizer class sets in place of tokenizer.json's normalizer and pre-tokenizer, named
+    # (`Tokenizer.replaced_split`); "" where that changes nothing.
+    tokenizer_split: str = ""
     # config_sentence_transformers.json: the model's output is its first truncate_dim dimensions, cut after
     # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
     truncate_dim: int | None = None
@@ -120,7 +122,7 @@ class ModelSpec:
         # What only some models set, named where set, so that no other model's fingerprint changes.
         extras = {
             "lowercase": self.lowercase,
-            "normalizer": self.normalizer,
+            "tokenizer_split": self.tokenizer_split,
             "truncate_dim": self.truncate_dim,
             "projections": " | ".join(p.describe() for p in self.projections),
         }
@@ -130,7 +132,7 @@ class ModelSpec:
     @property
     def tokenizer_identity(self) -> str:
         """What the tokenizer `tokenizer(self.path)` gives names itself (`Tokenizer.identity`)."""
-        return tokenizer_identity(self.tokenizer_sha256, self.normalizer, self.lowercase)
+        return tokenizer_identity(self.tokenizer_sha256, self.tokenizer_split, self.lowercase)
 
     def prompt_text(self, prompt: str | None) -> str:
         """`--prompt NAME|TEXT` -> the text put before every chunk.
@@ -425,7 +427,8 @@ def _loader_args(cfg: dict, names: tuple[str, str], where: Path) -> tuple[str, d
 
 def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
-    Transformer module says, with transformers' BertNormalizer settings), with `prompt` before every text."""
+    Transformer module says, splitting text as the tokenizer class transformers loads does:
+    `tokenizer_class.split`), with `prompt` before every text."""
     transformer = _transformer(path)
     # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
     loader = _read_object(path / "tokenizer_config.json", {}) | transformer.tokenizer
@@ -486,6 +489,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     tokenizer_file = path / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise ModelError(f"model directory {path} has no tokenizer.json")
+    tokenizer_split = tokenizer(path).replaced_split  # before the weights are hashed: a refused class says so now
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
     weights_sha = (
@@ -531,7 +535,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         default_prompt_name=default_prompt_name,
         include_prompt=head.include_prompt,
         lowercase=transformer.lowercase,
-        normalizer=tokenizer(path).replaced_normalizer,
+        tokenizer_split=tokenizer_split,
         truncate_dim=truncate_dim,
         projections=head.projections,
     )

@@ -54,10 +54,10 @@ class ByteLevelSplit:
     add_prefix_space: bool = False
 
 
-def identity(file_sha256: str, replaced_normalizer: str, lowercase: bool) -> str:
+def identity(file_sha256: str, replaced_split: str, lowercase: bool) -> str:
     """Names what gives a tokenizer's ids: its file, what its class sets in place of the file's split, and the
     lower-casing before it. The job's CPU stages compare their node's with the driver's."""
-    return hashlib.sha256(f"{file_sha256}|{replaced_normalizer}|{lowercase}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{file_sha256}|{replaced_split}|{lowercase}".encode()).hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,15 +88,15 @@ class Tokenizer:
         """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
         normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
         `split`: the normalizer and pre-tokenizer that the model's transformers tokenizer class sets instead of
-        the file's (`_resplit`); None: the file's. `replaced_normalizer` names what that changed, or is "" where
-        it changed nothing. `identity` names the ids it gives (`identity`)."""
+        the file's (`_resplit`); None: the file's. `replaced_split` names what that changed, or is "" where it
+        changed nothing. `identity` names the ids it gives (`identity`)."""
         try:
             raw = path.read_bytes()
             self._tok = HFTokenizer.from_str(raw.decode())
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
-        self.replaced_normalizer = _resplit(self._tok, split)
-        self.identity = identity(hashlib.sha256(raw).hexdigest(), self.replaced_normalizer, lowercase)
+        self.replaced_split = _resplit(self._tok, split)
+        self.identity = identity(hashlib.sha256(raw).hexdigest(), self.replaced_split, lowercase)
         if lowercase and not _lowercases(self._tok.normalizer):
             self._tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *_parts(self._tok.normalizer)])
         self._tok.no_truncation()
