@@ -548,7 +548,7 @@ def weights_files(path: Path) -> list[Path]:
         return [single]
     index = path / WEIGHTS_INDEX
     if not index.is_file():
-        raise _no_safetensors(path, f" (nor a sharded {WEIGHTS_INDEX})")
+        raise _no_safetensors(path, shardable=True)
     weight_map = _read_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelError(f"{index} has no weight_map")
@@ -559,14 +559,16 @@ def weights_files(path: Path) -> list[Path]:
     return [index, *shards]
 
 
-def _no_safetensors(where: Path, nor: str = "") -> ModelError:
-    """The error for a folder without its safetensors weights, which says how to get them where it can."""
+def _no_safetensors(where: Path, shardable: bool = False) -> ModelError:
+    """The error for a folder without its safetensors weights, which says how to get them where it can
+    (`shardable`: the folder may hold them sharded, as a model directory may and a Dense module's may not)."""
     if any(where.glob("pytorch_model*.bin")):
         return ModelError(
             f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "
             f"read (it has no torch): convert them to {WEIGHTS_FILE}, e.g. with safetensors.torch.save_file"
         )
     # A hub download fetches no pytorch_model.bin (pipeline.encode.hub.FILES): it may be one of those.
+    nor = f" (nor a sharded {WEIGHTS_INDEX})" if shardable else ""
     return ModelError(
         f"{where} has no {WEIGHTS_FILE}{nor}; docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE}"
     )
