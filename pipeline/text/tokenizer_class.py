@@ -1,10 +1,6 @@
-"""Which tokenizer class transformers 5's AutoTokenizer loads for a model directory, and how that class splits
-text: what `Tokenizer` sets in place of tokenizer.json's normalizer and pre-tokenizer.
-
-sentence-transformers loads a model's tokenizer with AutoTokenizer, and transformers 5 builds a class with an
-__init__ of its own from tokenizer.json's vocabulary, post-processor and Precompiled character map alone: the
-class, not the file, says how text is split (TokenizersBackend.convert_to_native_format).
-"""
+"""Which tokenizer class transformers 5's AutoTokenizer, with which sentence-transformers loads a model's
+tokenizer, takes for a model directory, and how that class splits text: what `Tokenizer` sets in place of
+tokenizer.json's normalizer and pre-tokenizer (`TOKENIZER_BUILDS`)."""
 
 from __future__ import annotations
 
@@ -36,11 +32,6 @@ TOKENIZER_BUILDS = {
     "PreTrainedTokenizerFast": "file",
     "TokenizersBackend": "file",
 }
-# The classes that build their pre-tokenizer with the loader's add_prefix_space, whose defaults are
-# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's Metaspace prepends '▁' to every word or
-# to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space before the text or not. T5Tokenizer
-# always prepends, whatever it says.
-PREFIX_SPACE_CLASSES = frozenset({"XLMRobertaTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"})
 GENERIC_TOKENIZER = "TokenizersBackend"  # what AutoTokenizer loads where no class of a model's own applies
 # config.json's model_type -> the class transformers 5's AutoTokenizer loads (models/auto/tokenization_auto.py,
 # TOKENIZER_MAPPING_NAMES), for the families docembed runs; one not here (llama, GTE's hub name "new") loads the
@@ -74,6 +65,11 @@ BERT_SETTINGS = {
     "strip_accents": "strip_accents",
     "tokenize_chinese_chars": "handle_chinese_chars",
 }
+# The classes that build their pre-tokenizer with the loader's add_prefix_space, whose defaults are
+# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's Metaspace prepends '▁' to every word or
+# to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space before the text or not. T5Tokenizer
+# always prepends, whatever it says.
+PREFIX_SPACE_CLASSES = frozenset({"XLMRobertaTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"})
 # The loader's keys that the classes here read: where tokenizer_args set them, docembed applies them.
 SETTINGS = (*BERT_SETTINGS, "add_prefix_space")
 
