@@ -28,7 +28,8 @@ from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf,
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
-from pipeline.text.tokenizer import BertSettings, SentencePieceSplit, Tokenizer
+from pipeline.text import tokenizer_class
+from pipeline.text.tokenizer import Tokenizer
 from pipeline.text.tokenizer import identity as tokenizer_identity
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -79,7 +80,9 @@ class ModelSpec:
     default_prompt_name: str | None = None
     include_prompt: bool = True  # the prompt's tokens are pooled with the text's
     lowercase: bool = False  # the tokenizer lower-cases first (`tokenizer`)
-    normalizer: str = ""  # the BertNormalizer settings that replace tokenizer.json's (`tokenizer`), as JSON
+    # What the tokenizer class sets in place of tokenizer.json's normalizer and pre-tokenizer, named
+    # (`Tokenizer.replaced_split`); "" where that changes nothing.
+    tokenizer_split: str = ""
     # config_sentence_transformers.json: the model's output is its first truncate_dim dimensions, cut after
     # Normalize and not re-normalised, as sentence-transformers cuts them. None: all.
     truncate_dim: int | None = None
@@ -119,7 +122,7 @@ class ModelSpec:
         # What only some models set, named where set, so that no other model's fingerprint changes.
         extras = {
             "lowercase": self.lowercase,
-            "normalizer": self.normalizer,
+            "tokenizer_split": self.tokenizer_split,
             "truncate_dim": self.truncate_dim,
             "projections": " | ".join(p.describe() for p in self.projections),
         }
@@ -129,7 +132,7 @@ class ModelSpec:
     @property
     def tokenizer_identity(self) -> str:
         """What the tokenizer `tokenizer(self.path)` gives names itself (`Tokenizer.identity`)."""
-        return tokenizer_identity(self.tokenizer_sha256, self.normalizer, self.lowercase)
+        return tokenizer_identity(self.tokenizer_sha256, self.tokenizer_split, self.lowercase)
 
     def prompt_text(self, prompt: str | None) -> str:
         """`--prompt NAME|TEXT` -> the text put before every chunk.
@@ -357,55 +360,9 @@ TRANSFORMER_CONFIGS = (
 # Keyword arguments for transformers' loaders of the model, the tokenizer and the config, by their names
 # before sentence-transformers 6 and since (where a file has both, the old one wins, as 6.3 merges them).
 LOADER_ARGS = (("model_args", "model_kwargs"), ("tokenizer_args", "processor_kwargs"), ("config_args", "config_kwargs"))
-# The tokenizer's that docembed applies: the window, and the BertNormalizer's settings (`_bert_settings`).
-TOKENIZER_ARGS = ("model_max_length", "do_lower_case", "strip_accents", "tokenize_chinese_chars")
-# How transformers 5 builds each tokenizer class from tokenizer.json. A class with an __init__ of its own is
-# given the file's vocabulary, post-processor and Precompiled character map alone, and sets its normalizer and
-# pre-tokenizer itself (TokenizersBackend.convert_to_native_format):
-#   "sentencepiece": a split on white space before Metaspace (`SentencePieceSplit`);
-#   "bert": a BertNormalizer from tokenizer_config.json and BertPreTokenizer (`BertSettings`);
-#   "file": tokenizer.json as written: the generic classes load it whole, and the other classes here set the
-#           pipeline their families' hub files hold (RobertaTokenizer: ByteLevel; Qwen2Tokenizer: NFC, its split,
-#           ByteLevel; GemmaTokenizer: spaces to '▁', split after them).
-# A class's "...Fast" name is the class itself in transformers 5. A class not here is refused: docembed does not
-# know how it splits text.
-TOKENIZER_BUILDS = {
-    "T5Tokenizer": "sentencepiece",
-    "XLMRobertaTokenizer": "sentencepiece",
-    "BertTokenizer": "bert",
-    "DistilBertTokenizer": "bert",
-    "MPNetTokenizer": "bert",
-    "RobertaTokenizer": "file",
-    "Qwen2Tokenizer": "file",
-    "GemmaTokenizer": "file",
-    "PreTrainedTokenizerFast": "file",
-    "TokenizersBackend": "file",
-}
-GENERIC_TOKENIZER = "TokenizersBackend"  # what AutoTokenizer loads where no class of a model's own applies
-# config.json's model_type -> the class transformers 5's AutoTokenizer loads (models/auto/tokenization_auto.py,
-# TOKENIZER_MAPPING_NAMES), for the families docembed runs; one not here (llama, GTE's hub name "new") loads the
-# generic class unless the model names another.
-AUTO_TOKENIZERS = {
-    "bert": "BertTokenizer",
-    "distilbert": "BertTokenizer",
-    "nomic_bert": "BertTokenizer",
-    "mpnet": "MPNetTokenizer",
-    "xlm-roberta": "XLMRobertaTokenizer",
-    "gte": "XLMRobertaTokenizer",
-    "roberta": "RobertaTokenizer",
-    "t5": "T5Tokenizer",
-    "qwen2": "Qwen2Tokenizer",
-    "qwen3": "Qwen2Tokenizer",
-    "gemma3_text": "GemmaTokenizer",
-    "modernbert": GENERIC_TOKENIZER,
-    "mistral": GENERIC_TOKENIZER,  # without mistral-common and a tekken.json, which docembed does not read
-}
-# tokenizer_config.json's key -> BertSettings' field
-BERT_SETTINGS = {
-    "do_lower_case": "lowercase",
-    "strip_accents": "strip_accents",
-    "tokenize_chinese_chars": "handle_chinese_chars",
-}
+# The tokenizer's that docembed applies: the window, and the settings its tokenizer class reads
+# (`tokenizer_class.SETTINGS`).
+TOKENIZER_ARGS = ("model_max_length", *tokenizer_class.SETTINGS)
 # Loader arguments that change where from, in what precision or with which attention kernel transformers loads
 # and runs a model, never what it computes in docembed, which takes its dtype and kernels from its own options;
 # sentence-transformers drops trust_remote_code itself (a model's files may not ask for remote code).
@@ -470,7 +427,8 @@ def _loader_args(cfg: dict, names: tuple[str, str], where: Path) -> tuple[str, d
 
 def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
-    Transformer module says, with transformers' BertNormalizer settings), with `prompt` before every text."""
+    Transformer module says, splitting text as the tokenizer class transformers loads does:
+    `tokenizer_class.split`), with `prompt` before every text."""
     transformer = _transformer(path)
     # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
     loader = _read_object(path / "tokenizer_config.json", {}) | transformer.tokenizer
@@ -478,48 +436,8 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
         path / "tokenizer.json",
         prompt=prompt,
         lowercase=transformer.lowercase,
-        split=_split(path, loader),
+        split=tokenizer_class.split(path, _read_object(path / "config.json", {}), loader),
     )
-
-
-def _split(path: Path, loader: dict) -> BertSettings | SentencePieceSplit | None:
-    """How the tokenizer class transformers loads splits text (`TOKENIZER_BUILDS`); None: as tokenizer.json does."""
-    name = _tokenizer_class(path, loader)
-    build = TOKENIZER_BUILDS.get(name)
-    if build is None:
-        raise ModelError(
-            f"{path}: tokenizer class {name} is not supported; docembed splits text as transformers' "
-            f"{', '.join(TOKENIZER_BUILDS)} do (PreTrainedTokenizerFast: as tokenizer.json says)"
-        )
-    if build == "bert":
-        return _bert_settings(path, loader)
-    return SentencePieceSplit() if build == "sentencepiece" else None
-
-
-def _tokenizer_class(path: Path, loader: dict) -> str:
-    """The tokenizer class transformers 5's AutoTokenizer loads: the one the loader (`tokenizer`) or config.json
-    names (its "...Fast" name is the class), else the one of config.json's model_type. A family whose own class is
-    the generic one loads that whatever is named: ModernBERT's hub files name PreTrainedTokenizerFast, Mistral's
-    LlamaTokenizer. (For Qwen2 AutoTokenizer takes the family's own over a named one; both split as the file.)"""
-    config = _read_object(path / "config.json", {})
-    own = AUTO_TOKENIZERS.get(config.get("model_type"))
-    named = loader.get("tokenizer_class") or config.get("tokenizer_class")
-    if named is None or own == GENERIC_TOKENIZER:
-        return own or GENERIC_TOKENIZER
-    named = str(named)
-    return named if named in TOKENIZER_BUILDS else named.removesuffix("Fast")
-
-
-def _bert_settings(path: Path, cfg: dict) -> BertSettings:
-    """What transformers' BERT-style classes set in their BertNormalizer: the loader's (`tokenizer`)
-    do_lower_case, strip_accents and tokenize_chinese_chars, each defaulting as those classes do."""
-    settings = {}
-    for key, field in BERT_SETTINGS.items():
-        value = cfg.get(key, getattr(BertSettings, field))
-        if not isinstance(value, bool) and not (value is None and field == "strip_accents"):
-            raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
-        settings[field] = value
-    return BertSettings(**settings)
 
 
 def _pooling_mode(cfg: dict, path: Path) -> str:
@@ -571,6 +489,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     tokenizer_file = path / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise ModelError(f"model directory {path} has no tokenizer.json")
+    tokenizer_split = tokenizer(path).replaced_split  # before the weights are hashed: a refused class says so now
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
     weights_sha = (
@@ -616,7 +535,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         default_prompt_name=default_prompt_name,
         include_prompt=head.include_prompt,
         lowercase=transformer.lowercase,
-        normalizer=tokenizer(path).replaced_normalizer,
+        tokenizer_split=tokenizer_split,
         truncate_dim=truncate_dim,
         projections=head.projections,
     )
@@ -641,8 +560,8 @@ def weights_files(path: Path) -> list[Path]:
 
 
 def _no_safetensors(where: Path, shardable: bool = False) -> ModelError:
-    """The error for a folder without its safetensors weights, which says how to get them where it can.
-    `shardable`: the model's own folder, whose weights may also be sharded (a Dense module's are one file)."""
+    """The error for a folder without its safetensors weights, which says how to get them where it can
+    (`shardable`: the folder may hold them sharded, as a model directory may and a Dense module's may not)."""
     if any(where.glob("pytorch_model*.bin")):
         return ModelError(
             f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "

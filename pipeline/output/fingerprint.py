@@ -9,9 +9,10 @@ from pipeline.io.uris import redact
 
 
 def fingerprint(spec, chunking, encoder, pdf_extractor: str, fields) -> dict:
-    """What makes this output's numbers: model weights, architecture, tokenizer, head, chunking (window, overlap,
-    mode) and prompt, compute dtype, output dimension (None: the model's), PDF extractor, and the shards' id and
-    text fields (`pipeline.io.shards.ShardFields`): another text field embeds other texts under the same doc_ids."""
+    """What makes this output's numbers: the model (weights, architecture, tokenizer, head), chunking (window,
+    overlap, mode) and prompt, compute dtype, output dimension (None: the model's), PDF extractor, and the
+    shards' id and text fields (`pipeline.io.shards.ShardFields`): another text field embeds other texts under
+    the same doc_ids."""
     settings = {
         "model_fingerprint": spec.fingerprint,
         "weights_sha256": spec.weights_sha256,

@@ -39,14 +39,25 @@ class BertSettings:
 class SentencePieceSplit:
     """How transformers 5's T5Tokenizer and XLMRobertaTokenizer split text, whatever tokenizer.json says: of its
     normalizers only SentencePiece's Precompiled character map (the Replace of repeated spaces, or the NFKC, that
-    the file may also hold goes), then a split on white space and a '▁' before every word. Files that split with
-    Metaspace alone give trailing white space a '▁' token and keep tabs and newlines inside words."""
+    the file may also hold goes), then a split on white space and Metaspace. Files that split with Metaspace
+    alone give trailing white space a '▁' token and keep tabs and newlines inside words."""
+
+    add_prefix_space: bool = True  # a '▁' before every word (Metaspace's prepend_scheme "always"), else none
 
 
-def identity(file_sha256: str, replaced_normalizer: str, lowercase: bool) -> str:
+@dataclasses.dataclass(frozen=True)
+class ByteLevelSplit:
+    """How transformers 5's RobertaTokenizer and Qwen2Tokenizer split text: as tokenizer.json does (their
+    families' files hold the pipeline they build), with the ByteLevel pre-tokenizer's add_prefix_space (a space
+    put before the text) theirs, whatever the file's is."""
+
+    add_prefix_space: bool = False
+
+
+def identity(file_sha256: str, replaced_split: str, lowercase: bool) -> str:
     """Names what gives a tokenizer's ids: its file, what its class sets in place of the file's split, and the
     lower-casing before it. The job's CPU stages compare their node's with the driver's."""
-    return hashlib.sha256(f"{file_sha256}|{replaced_normalizer}|{lowercase}".encode()).hexdigest()[:16]
+    return hashlib.sha256(f"{file_sha256}|{replaced_split}|{lowercase}".encode()).hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,24 +83,22 @@ class Tokenizer:
         path: Path,
         prompt: str = "",
         lowercase: bool = False,
-        split: BertSettings | SentencePieceSplit | None = None,
+        split: BertSettings | SentencePieceSplit | ByteLevelSplit | None = None,
     ):
         """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
         normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
         `split`: the normalizer and pre-tokenizer that the model's transformers tokenizer class sets instead of
-        the file's (`_resplit`); None: the file's. `replaced_normalizer` names what that changed, or is "" where
-        it changed nothing. `identity` names the ids it gives (`identity`)."""
+        the file's (`_resplit`); None: the file's. `replaced_split` names what that changed, or is "" where it
+        changed nothing. `identity` names the ids it gives (`identity`)."""
         try:
             raw = path.read_bytes()
             self._tok = HFTokenizer.from_str(raw.decode())
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
-        self.replaced_normalizer = _resplit(self._tok, split)
-        self.identity = identity(hashlib.sha256(raw).hexdigest(), self.replaced_normalizer, lowercase)
+        self.replaced_split = _resplit(self._tok, split)
+        self.identity = identity(hashlib.sha256(raw).hexdigest(), self.replaced_split, lowercase)
         if lowercase and not _lowercases(self._tok.normalizer):
-            own = self._tok.normalizer
-            rest = list(own) if isinstance(own, normalizers.Sequence) else [] if own is None else [own]
-            self._tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *rest])
+            self._tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *_parts(self._tok.normalizer)])
         self._tok.no_truncation()
         self._tok.no_padding()
         probe = self._tok.encode("a", add_special_tokens=True)
@@ -165,37 +174,44 @@ def _piece_end(text: str, start: int, piece_chars: int) -> int:
     return limit
 
 
-# What a SentencePieceSplit change is named, spelled as when T5Tokenizer's was the only one: fingerprints stay.
-T5_PIECES = "T5Tokenizer: the file's Precompiled normalizer alone, WhitespaceSplit then Metaspace"
-
-
-def _resplit(tok: HFTokenizer, split: BertSettings | SentencePieceSplit | None) -> str:
+def _resplit(tok: HFTokenizer, split: BertSettings | SentencePieceSplit | ByteLevelSplit | None) -> str:
     """Sets `split`'s normalizer and pre-tokenizer in place of the file's; returns what that changed, for the
-    model's fingerprint: T5_PIECES, or the BertNormalizer's settings as JSON ("" where it changed nothing)."""
+    model's fingerprint: a line that names the split, or the BertNormalizer's settings as JSON ("" where it
+    changed nothing)."""
     if split is None:
         return ""
     before = _pipeline(tok)
     if isinstance(split, SentencePieceSplit):
-        own = tok.normalizer
-        kept = [
-            n
-            for n in (list(own) if isinstance(own, normalizers.Sequence) else [own])
-            if isinstance(n, normalizers.Precompiled)
-        ]
-        tok.normalizer = kept[0] if kept else None
+        tok.normalizer = next((n for n in _parts(tok.normalizer) if isinstance(n, normalizers.Precompiled)), None)
+        scheme = "always" if split.add_prefix_space else "never"
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
                 pre_tokenizers.WhitespaceSplit(),
-                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=True),
+                pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme, split=True),
             ]
         )
-        change = T5_PIECES
+        change = (
+            "SentencePiece split: the file's Precompiled normalizer alone, WhitespaceSplit then Metaspace, "
+            f"prepend_scheme {scheme}"
+        )
+    elif isinstance(split, ByteLevelSplit):
+        for part in _parts(tok.pre_tokenizer):
+            if isinstance(part, pre_tokenizers.ByteLevel):
+                part.add_prefix_space = split.add_prefix_space
+        change = f"ByteLevel add_prefix_space {str(split.add_prefix_space).lower()}"
     else:
         wanted = {"clean_text": True, **dataclasses.asdict(split)}
         tok.normalizer = normalizers.BertNormalizer(**wanted)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         change = json.dumps(wanted, sort_keys=True)
     return change if _pipeline(tok) != before else ""
+
+
+def _parts(part) -> list:
+    """A normalizer's or pre-tokenizer's parts: a Sequence's, or itself alone (None: none)."""
+    if isinstance(part, (normalizers.Sequence, pre_tokenizers.Sequence)):
+        return list(part)
+    return [] if part is None else [part]
 
 
 def _pipeline(tok: HFTokenizer) -> tuple[bytes | None, bytes | None]:
@@ -205,6 +221,4 @@ def _pipeline(tok: HFTokenizer) -> tuple[bytes | None, bytes | None]:
 
 def _lowercases(normalizer) -> bool:
     """Whether a normalizer is, or a sequence of them holds, Lowercase: sentence-transformers' own test."""
-    if isinstance(normalizer, normalizers.Sequence):
-        return any(isinstance(n, normalizers.Lowercase) for n in normalizer)
-    return isinstance(normalizer, normalizers.Lowercase)
+    return any(isinstance(n, normalizers.Lowercase) for n in _parts(normalizer))

@@ -11,9 +11,9 @@ from safetensors.numpy import load_file, save_file
 from pipeline import Embedder
 from pipeline.encode import model_dir, model_location
 from pipeline.errors import ModelError
-from pipeline.text.tokenizer import T5_PIECES, Tokenizer
+from pipeline.text.tokenizer import Tokenizer
 
-from make_tokenizer_fixtures import write_case
+from make_tokenizer_parity import write_case
 from support import FAMILY_FIXTURES, REPO, bert_tensor_shapes, measure_in_child, write_zero_safetensors
 
 
@@ -210,7 +210,7 @@ def tokenizer_case(tmp_path, case: str):
     """The bundled model's directory with the edits of one case of tokenizer_settings.json."""
     made = TOKENIZER_SETTINGS["cases"][case]
     path, model = tmp_path / case, model_location.default_model_dir()
-    write_case(model, path, made["tokenizer_config"], made["normalizer"], made["tokenizer_args"])
+    write_case(model, path, made["edits"])
     (path / "model.safetensors").symlink_to(model / "model.safetensors")
     return path
 
@@ -223,70 +223,9 @@ def test_tokenizer_settings_apply_as_transformers_applies_them(tmp_path, case):
     tok = model_dir.tokenizer(path := tokenizer_case(tmp_path, case))
     texts, cases = TOKENIZER_SETTINGS["texts"], TOKENIZER_SETTINGS["cases"]
     assert [tok.prefix_ids + c.ids + tok.suffix_ids for c in tok.encode_content(texts)] == cases[case]["ids"]
-    if not cases[case]["normalizer"]:  # tokenizer.json as in the unedited case: only its settings differ
+    if "tokenizer.json" not in cases[case]["edits"]:  # tokenizer.json as in the unedited case: settings differ
         unedited = model_dir.resolve(str(tokenizer_case(tmp_path / "as_is", "as_is"))).fingerprint
         assert (model_dir.resolve(str(path)).fingerprint == unedited) == (cases[case]["ids"] == cases["as_is"]["ids"])
-
-
-# An older T5 tokenizer.json's normalizer and pre-tokenizer (transformers 4's converter wrote them): a Replace of
-# repeated spaces, and Metaspace alone.
-OLD_T5_SPLIT = {
-    "normalizer": {
-        "type": "Sequence",
-        "normalizers": [{"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}],
-    },
-    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": True},
-}
-T5_TEXTS = ["hello world ", " two  spaces\tand\nnew line", "ends in a tab\t"]
-# transformers 5.24's T5Tokenizer on t5-encoder-st's vocabulary with OLD_T5_SPLIT (AutoTokenizer, ids with </s>),
-# and that tokenizer.json as it is.
-T5_IDS = [
-    [113, 111, 17, 14, 3, 52, 29, 17, 16, 1],
-    [180, 3, 182, 4, 3, 15, 127, 6, 52, 224, 1],
-    [3, 48, 16, 4, 26, 10, 3, 5, 11, 56, 1],
-]
-T5_FILE_IDS = [
-    [113, 111, 17, 14, 3, 52, 29, 17, 16, 3, 1],
-    [180, 3, 182, 4, 2, 15, 2, 13, 6, 52, 224, 1],
-    [3, 48, 16, 4, 26, 10, 3, 5, 11, 56, 2, 1],
-]
-
-
-@pytest.mark.parametrize("tokenizer_class", ["T5Tokenizer", None, "PreTrainedTokenizerFast"])
-def test_a_t5_tokenizer_splits_text_as_transformers_t5tokenizer_does(tmp_path, tokenizer_class):
-    """T5Tokenizer (named, or the model_type's class where tokenizer_config.json names none) keeps only a
-    Precompiled normalizer and splits on white space before Metaspace, whatever tokenizer.json says; the
-    generic class keeps the file's. The spec (and so the fingerprint) names the change, where there is one."""
-    path = tmp_path / "t5"
-    shutil.copytree(FAMILY_FIXTURES / "t5-encoder-st", path)
-    assert model_dir.resolve(str(path)).normalizer == ""  # the fixture's file splits as T5Tokenizer does
-    edit_json(path, "tokenizer.json", lambda c: c | OLD_T5_SPLIT)
-    edit_json(path, "tokenizer_config.json", lambda c: {k: v for k, v in c.items() if k != "tokenizer_class"})
-    if tokenizer_class:
-        edit_json(path, "tokenizer_config.json", lambda c: c | {"tokenizer_class": tokenizer_class})
-    tok = model_dir.tokenizer(path)
-    got = [tok.prefix_ids + c.ids + tok.suffix_ids for c in tok.encode_content(T5_TEXTS)]
-    generic = tokenizer_class == "PreTrainedTokenizerFast"
-    assert got == (T5_FILE_IDS if generic else T5_IDS)
-    assert model_dir.resolve(str(path)).normalizer == ("" if generic else T5_PIECES)
-
-
-def test_a_tokenizer_class_whose_split_docembed_does_not_know_is_refused(tmp_path):
-    """LlamaTokenizer, named by a Llama model, sets a Metaspace split of its own whatever tokenizer.json says (a
-    Mistral model naming it loads the generic class: tests/make_tokenizer_parity.py); docembed does not mirror it,
-    so the model is refused rather than tokenised otherwise than sentence-transformers does."""
-    path = tmp_path / "llama"
-    shutil.copytree(FAMILY_FIXTURES / "llama-embedding", path)
-    edit_json(path, "tokenizer_config.json", lambda c: c | {"tokenizer_class": "LlamaTokenizerFast"})
-    with pytest.raises(ModelError, match=r"tokenizer class LlamaTokenizer is not supported; .* BertTokenizer, "):
-        model_dir.resolve(str(path))
-
-
-def test_a_tokenizer_setting_that_is_not_true_or_false_is_refused(tmp_path):
-    path = copy_model(tmp_path)
-    edit_json(path, "tokenizer_config.json", lambda c: {**c, "do_lower_case": "yes"})
-    with pytest.raises(ModelError, match=r"the tokenizer's do_lower_case 'yes' is not true or false"):
-        model_dir.resolve(str(path))
 
 
 def add_layer_norm_module(path) -> None:

@@ -36,9 +36,9 @@ def test_ids_are_those_of_transformers_autotokenizer(case):
 
 
 def test_the_fingerprint_names_a_new_split_exactly_where_the_files_own_gives_other_ids(case):
-    """The spec's `normalizer` (a part of the fingerprint) is empty where docembed splits text as tokenizer.json
+    """The spec's `tokenizer_split` (a part of the fingerprint) is empty where docembed splits text as tokenizer.json
     does, so that those models keep the fingerprints of their outputs, and names the change elsewhere, so that
     outputs tokenised as the file says are not resumed."""
     name, made, path = case
     as_written = ids(Tokenizer(path / "tokenizer.json"))
-    assert (model_dir.tokenizer(path).replaced_normalizer == "") == (as_written == made["ids"]), name
+    assert (model_dir.tokenizer(path).replaced_split == "") == (as_written == made["ids"]), name
