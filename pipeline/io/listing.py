@@ -193,9 +193,7 @@ def _entries(
         yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
 
 
-def _walk(
-    directory: str, start_after: str | None, above: frozenset = frozenset()
-) -> Iterator[tuple[str, int | None]]:
+def _walk(directory: str, start_after: str | None, above: frozenset = frozenset()) -> Iterator[tuple[str, int | None]]:
     """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time;
     size None for an entry that is neither a regular file nor a directory.
 

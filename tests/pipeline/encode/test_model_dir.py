@@ -92,6 +92,42 @@ def test_the_default_models_fingerprint_stays_what_its_outputs_recorded():
     assert model_dir.resolve(None).fingerprint == "eab29a9a5b29d07d"
 
 
+# Each family fixture's fingerprint as of 2026-12-06: the architecture's digest is of kernels' ModelConfig, so a
+# refactor there (a field renamed, a default changed, a float derived otherwise) would change every model's.
+FAMILY_FINGERPRINTS = {
+    "bert-mlm-prefix": "ba93ee7e5ed1dd4a",
+    "bert-pooler": "281659e83dafaab6",
+    "bert-pooling-modes": "e3cae1b0b135686b",
+    "distilbert-dense": "11cad0f7bc2ba7d9",
+    "distilbert-dense-residual": "640b82f3492ca0dc",
+    "distilbert-mlm-prefix": "e3e9fb46a323ae00",
+    "gemma3-embedding": "a018f31d05a28264",
+    "gte-new-ntk": "50bbf23efb98915d",
+    "gte-transformers": "a7f66b9b51129775",
+    "llama-embedding": "604c452d191dc644",
+    "mistral-embedding": "aef9c8a06e106f99",
+    "modernbert-hub-config": "813857738961f69b",
+    "modernbert-layer-types": "93d9438122bd5a2c",
+    "mpnet-base": "ffcc399fc1c67799",
+    "mpnet-mlm-prefix": "dfbf462cfc264536",
+    "nomic-contrastors": "6840023837ea77e5",
+    "nomic-transformers": "2384da6d54ec4cff",
+    "qwen2-embedding": "96c3c9852e4bb4b0",
+    "qwen3-embedding": "e9b05cddbb0e013a",
+    "t5-encoder-st": "84e6d20827589ec2",
+    "t5-v11-model": "aedca3d75a993c94",
+    "xlm-roberta-mlm-prefix": "742d9db85b837204",
+    "xlm-roberta-sharded": "5100bf9dd7382305",
+}
+
+
+def test_every_family_fixtures_fingerprint_stays_what_its_outputs_recorded():
+    fixtures = sorted(p.name for p in FAMILY_FIXTURES.iterdir() if p.is_dir())
+    assert {name: model_dir.resolve(str(FAMILY_FIXTURES / name)).fingerprint for name in fixtures} == (
+        FAMILY_FINGERPRINTS
+    )
+
+
 def test_the_window_is_sentence_transformers_max_seq_length_whichever_file_holds_it(tmp_path):
     # sentence-transformers 6 writes no max_seq_length to sentence_bert_config.json: the tokenizer's bounds it.
     path = copy_model(tmp_path)
