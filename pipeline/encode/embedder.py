@@ -31,8 +31,10 @@ class Embedder:
     def load(cls, model: str | None = None, **encoder_options) -> Embedder:
         """`model`: a model directory, URI or hub id, or None for the bundled default.
         Options: see `EncoderConfig` (e.g. `dim=256`, `max_tokens=2048`)."""
-        spec = model_dir.resolve(model)
-        cfg = EncoderConfig(**encoder_options)
+        return cls._of(model_dir.resolve(model), EncoderConfig(**encoder_options))
+
+    @classmethod
+    def _of(cls, spec: model_dir.ModelSpec, cfg: EncoderConfig) -> Embedder:
         tokenizer = _fits(model_dir.tokenizer(spec.path), check_shape(spec, cfg)[0], "the special tokens")
         return cls(Encoder(spec, cfg, tail_halvings=INTERACTIVE_TAIL_HALVINGS), tokenizer)
 
@@ -40,14 +42,14 @@ class Embedder:
     def for_output(cls, output: str, report: dict) -> Embedder:
         """The embedder of a finished output's queries: its model and its --dim (`report`: its `_SUCCESS`), so that
         a query is truncated as its chunks were. InputError where the model loaded here did not make it."""
-        embedder = cls.load(report["config"]["model"], dim=report["config"]["encoder"].get("dim"))
-        if embedder.fingerprint != report["model"]["fingerprint"]:
+        spec = model_dir.resolve(report["config"]["model"])
+        if spec.fingerprint != report["model"]["fingerprint"]:  # before the weights load: a 7B model's take minutes
             raise InputError(
                 f"{output} was embedded by another model than the one loaded: {report['model']['id']} with "
-                f"fingerprint {report['model']['fingerprint']} then, {embedder.fingerprint} now (other files, or "
+                f"fingerprint {report['model']['fingerprint']} then, {spec.fingerprint} now (other files, or "
                 "an output an older docembed made); embed it again (--overwrite) to search it"
             )
-        return embedder
+        return cls._of(spec, EncoderConfig(dim=report["config"]["encoder"].get("dim")))
 
     @property
     def dim(self) -> int:

@@ -55,7 +55,11 @@ class EncodeBlock:
         # raises has its traceback printed whole by its worker and by the raylet, where a call's error reaches the
         # driver, and the user, as one line (`pipeline.run.console.worker_errors_in_one_line`).
         self.refusal: UserError | None = None
-        spec = model_dir.resolve(model)
+        try:
+            spec = model_dir.resolve(model)
+        except UserError as e:  # this node's copy: missing, cut short, its fetch failed
+            self.refusal = e
+            return
         if model_fingerprint is not None and spec.fingerprint != model_fingerprint:
             # A node's own copy (its cache of a URI, a path on its own disk) cut short, or of another version.
             self.refusal = ModelError(

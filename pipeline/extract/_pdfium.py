@@ -26,7 +26,8 @@ def pdf_pages(data: bytes) -> list[str]:
                 unloadable = unloadable or e
                 continue
             loaded += 1
-            pages.append(_as_read(page.get_textpage().get_text_bounded()))
+            textpage = page.get_textpage()
+            pages.append(_as_read(_glyph_codes_apart(textpage, textpage.get_text_bounded())))
         if unloadable is not None and not loaded:
             raise unloadable  # no page at all: the document is what is broken
         return pages
@@ -57,6 +58,32 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # Where a line ends in a hyphen and the word goes on at the next line's start, PDFium puts U+0002 in the hyphen's
 # place and leaves out the line break (FPDFText_IsHyphen is true there).
 _LINE_END_HYPHEN = "\x02"
+
+
+def _glyph_codes_apart(textpage: pdfium.PdfTextPage, text: str) -> str:
+    """`text` with each U+0002 that is no line-end hyphen made U+0001, which `_as_read` makes a space as it does any
+    glyph's own code: a font that maps its code 2 to no Unicode (TeX's big bracket in CMEX10) writes U+0002 too.
+
+    PDFium's characters in order say which is which (FPDFText_IsHyphen), asked only on a page that has one. Where the
+    page's text within its bounds holds fewer than the page, which is which is not known: all are hyphens only if
+    every one on the page is.
+    """
+    count = text.count(_LINE_END_HYPHEN)
+    if not count:
+        return text
+    raw = textpage.raw
+    hyphens = [
+        bool(pdfium_c.FPDFText_IsHyphen(raw, i))
+        for i in range(pdfium_c.FPDFText_CountChars(raw))
+        if pdfium_c.FPDFText_GetUnicode(raw, i) == ord(_LINE_END_HYPHEN)
+    ]
+    return _codes_apart(text, hyphens if len(hyphens) == count else [all(hyphens)] * count)
+
+
+def _codes_apart(text: str, hyphens: list[bool]) -> str:
+    """`text` with its i-th U+0002 kept where hyphens[i], else made U+0001."""
+    marks = iter(hyphens)
+    return re.sub(_LINE_END_HYPHEN, lambda _: _LINE_END_HYPHEN if next(marks) else "\x01", text)
 
 
 def _as_read(text: str) -> str:

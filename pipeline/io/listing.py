@@ -22,7 +22,7 @@ import dataclasses
 import heapq
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -62,7 +62,8 @@ def list_pages(
     A location may be a file or a directory (searched recursively). Every location
     is checked here, before the first page: one that does not exist, or is neither
     a file nor a directory, is `InputError`. Files whose extension the pipeline does
-    not read, local files whose name is not UTF-8 (which no doc_id can hold) and
+    not read, local files whose name is not UTF-8 (which no doc_id can hold), local
+    entries that are not regular files (a broken symbolic link, a pipe) and
     objects whose key holds a "?" (which no URI docembed reads may hold) are counted
     in `Page.skipped` (a page may hold only those). Only URIs after
     `start_after` come; none that starts with one of `leave_out` (the job's own
@@ -206,7 +207,7 @@ def _walk(directory: str, start_after: str | None, above: frozenset = frozenset(
     try:
         here = os.stat(directory)
         with os.scandir(directory) as it:
-            named = sorted((e.name + "/" if e.is_dir() else e.name, e) for e in it)
+            named = sorted((e.name + "/" if _is(e.is_dir) else e.name, e) for e in it)
     except FileNotFoundError:
         return  # removed while the walk went on: nothing is under it
     except OSError as e:  # unreadable: its files cannot be embedded, and leaving them out would be silent
@@ -220,11 +221,20 @@ def _walk(directory: str, start_after: str | None, above: frozenset = frozenset(
                 if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
                     yield from _walk(path, start_after, above)
             elif start_after is None or path > start_after:
-                # Not a regular file (a broken symbolic link, a pipe, a device): listed to be skipped and counted,
-                # never read (a pipe's read would wait forever).
-                yield path, entry.stat().st_size if entry.is_file() else None
+                # Not a regular file (a broken symbolic link, a loop of them, a pipe, a device): listed to be
+                # skipped and counted, never read (a pipe's read would wait forever).
+                yield path, entry.stat().st_size if _is(entry.is_file) else None
         except FileNotFoundError:
             continue  # removed since the directory was read
+
+
+def _is(test: Callable[[], bool]) -> bool:
+    """An entry's is_dir or is_file, False where it cannot be told (a loop of symbolic links): that entry is then
+    skipped and counted, not the whole directory's listing failed."""
+    try:
+        return test()
+    except OSError:
+        return False
 
 
 def _missing_bucket(fs: pafs.FileSystem, path: str) -> str:

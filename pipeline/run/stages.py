@@ -21,7 +21,7 @@ import pyarrow as pa
 from pipeline.encode import model_dir
 from pipeline.encode.model_location import local_dir
 from pipeline.encode.packs import Packer
-from pipeline.errors import DocumentError, ModelError, SandboxError
+from pipeline.errors import DocumentError, ModelError, SandboxError, UserError
 from pipeline.extract import extract_pages
 from pipeline.extract.sandbox import ExtractConfig, process_sandbox
 from pipeline.io.filesystems import read_many
@@ -183,10 +183,14 @@ class ChunkBlock:
         call_packs: int | None = None,
         tokenizer_identity: str | None = None,
     ):
-        # The model as the user named it, resolved on this node: a URI is fetched into its cache.
-        self.tokenizer = model_dir.tokenizer(local_dir(model), prompt=chunking.prompt)
         # Refused at the first call, as an encoder refuses (`pipeline.encode.stage.EncodeBlock`): one line.
-        self.refusal = None
+        self.refusal: UserError | None = None
+        try:
+            # The model as the user named it, resolved on this node: a URI is fetched into its cache.
+            self.tokenizer = model_dir.tokenizer(local_dir(model), prompt=chunking.prompt)
+        except UserError as e:  # this node's copy: missing, cut short, its fetch failed
+            self.refusal = e
+            return
         if tokenizer_identity is not None and self.tokenizer.identity != tokenizer_identity:
             self.refusal = ModelError(
                 f"this node's tokenizer is not the job's driver's ({self.tokenizer.identity} here, "

@@ -2,7 +2,7 @@ import unicodedata
 
 import pytest
 
-from pipeline.extract._pdfium import pdf_pages
+from pipeline.extract._pdfium import _as_read, _codes_apart, pdf_pages
 
 from support import SAMPLES
 
@@ -39,3 +39,11 @@ def test_a_word_hyphenated_at_a_line_end_reads_whole(texts):
 def test_a_glyph_without_unicode_keeps_the_words_apart(texts):
     # habibi.pdf's TrueType space has no Unicode mapping: PDFium gave its glyph code, 3.
     assert "ϲΒϴΒ habibi" in texts["habibi.pdf"]
+
+
+def test_a_glyph_code_2_is_no_hyphen_and_keeps_the_words_apart():
+    """A font that maps its code 2 to no Unicode (TeX's big bracket in CMEX10) writes U+0002 as PDFium's line-end
+    hyphen marker does; PDFium's characters say which is which, and only the hyphen joins its word."""
+    text = "ultri\x02ces f\x02x\x03y"
+    assert _as_read(_codes_apart(text, [True, False])) == "ultrices f x y"
+    assert _as_read(_codes_apart(text, [False, False])) == "ultri ces f x y"
