@@ -489,7 +489,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     tokenizer_file = path / "tokenizer.json"
     if not tokenizer_file.is_file():
         raise ModelError(f"model directory {path} has no tokenizer.json")
-    tokenizer_split = tokenizer(path).replaced_split  # before the weights are hashed: a refused class says so now
+    tok = tokenizer(path)  # before the weights are hashed: a refused class says so now
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
     weights_sha = (
@@ -529,13 +529,13 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
         normalize=head.normalize,
         max_seq_length=max_seq_length,
         weights_sha256=weights_sha,
-        tokenizer_sha256=_sha256(tokenizer_file),
+        tokenizer_sha256=tok.file_sha256,
         source=source,
         prompts=prompts,
         default_prompt_name=default_prompt_name,
         include_prompt=head.include_prompt,
         lowercase=transformer.lowercase,
-        tokenizer_split=tokenizer_split,
+        tokenizer_split=tok.replaced_split,
         truncate_dim=truncate_dim,
         projections=head.projections,
     )

@@ -96,7 +96,8 @@ class Tokenizer:
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
         self.replaced_split = _resplit(self._tok, split)
-        self.identity = identity(hashlib.sha256(raw).hexdigest(), self.replaced_split, lowercase)
+        self.file_sha256 = hashlib.sha256(raw).hexdigest()  # the model's fingerprint names the file by it
+        self.identity = identity(self.file_sha256, self.replaced_split, lowercase)
         if lowercase and not _lowercases(self._tok.normalizer):
             self._tok.normalizer = normalizers.Sequence([normalizers.Lowercase(), *_parts(self._tok.normalizer)])
         self._tok.no_truncation()
