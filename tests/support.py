@@ -386,6 +386,33 @@ def form_fanout_pdf(fanout: int, pages: int = 1) -> bytes:
     )
 
 
+def glyph_codes_pdf(lines: list[tuple[str, int, int, bytes]]) -> bytes:
+    """One 400 x 400 page with a line per (font, x, y, string): font "text" is Helvetica; "codes" is Helvetica with no
+    encoding, so a code below 32 is a glyph's own code with no Unicode (as TeX's CMEX10 has); "math" names its code 65
+    /u1D400, a character above U+FFFF. A line at a negative x lies outside the page."""
+    widths = b"/FirstChar 0 /LastChar 255 /Widths [%s]" % b" ".join([b"500"] * 256)
+    fonts = {
+        "text": b"/BaseFont /Helvetica /Encoding /WinAnsiEncoding",
+        "codes": b"/BaseFont /Helvetica " + widths,
+        "math": b"/BaseFont /Helvetica /Encoding << /Type /Encoding /Differences [65 /u1D400] >> " + widths,
+    }
+    names = {font: b"/F%d" % i for i, font in enumerate(fonts)}
+    content = b"".join(
+        b"BT %s 12 Tf %d %d Td (%s) Tj ET\n" % (names[font], x, y, string) for font, x, y, string in lines
+    )
+    resources = b" ".join(b"%s %d 0 R" % (names[font], 5 + i) for i, font in enumerate(fonts))
+    return pdf_file(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 400 400] /Contents 4 0 R "
+            b"/Resources << /Font << %s >> >> >>" % resources,
+            stream(content),
+        ]
+        + [b"<< /Type /Font /Subtype /Type1 %s >>" % font for font in fonts.values()]
+    )
+
+
 def loaded_modules(modules: str, condition: str) -> str:
     """The modules a fresh interpreter holds, after importing `modules`, for which `condition` on `m` holds."""
     probe = f"import sys, {modules}; print(sorted(m for m in sys.modules if {condition}))"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import re
 
 import pypdfium2 as pdfium
@@ -26,8 +27,8 @@ def pdf_pages(data: bytes) -> list[str]:
                 unloadable = unloadable or e
                 continue
             loaded += 1
-            textpage = page.get_textpage()
-            pages.append(_as_read(_glyph_codes_apart(textpage, textpage.get_text_bounded())))
+            textpage, box = page.get_textpage(), page.get_bbox()
+            pages.append(_as_read(_glyph_codes_apart(textpage.raw, box, _text_within(textpage.raw, box))))
         if unloadable is not None and not loaded:
             raise unloadable  # no page at all: the document is what is broken
         return pages
@@ -52,6 +53,22 @@ def _load(data: bytes) -> pdfium_c.FPDF_DOCUMENT:
     return raw
 
 
+def _text_within(raw: pdfium_c.FPDF_TEXTPAGE, box: tuple[float, float, float, float]) -> str:
+    """The text of the characters within `box` (left, bottom, right, top), in PDFium's order.
+
+    Not pypdfium2's get_text_bounded: it sizes its buffer by PDFium's count of characters, and a character above
+    U+FFFF takes two UTF-16 units, so each one cost the page's last unit.
+    """
+    left, bottom, right, top = box
+    chars = pdfium_c.FPDFText_GetBoundedText(raw, left, top, right, bottom, None, 0)
+    if chars <= 0:
+        return ""
+    buffer = (ctypes.c_ushort * (2 * chars + 1))()
+    units = pdfium_c.FPDFText_GetBoundedText(raw, left, top, right, bottom, buffer, len(buffer))  # its NUL included
+    # A lone surrogate (a ToUnicode map's half pair) stands for no character, as pypdfium2 reads it too.
+    return bytes(buffer)[: 2 * max(units - 1, 0)].decode("utf-16-le", errors="ignore")
+
+
 # The control characters PDFium's text page leaves in a page's text (core/fpdftext/cpdf_textpage.cpp), and a lone
 # CR: PDFium writes CR only before LF.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -60,24 +77,38 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _LINE_END_HYPHEN = "\x02"
 
 
-def _glyph_codes_apart(textpage: pdfium.PdfTextPage, text: str) -> str:
-    """`text` with each U+0002 that is no line-end hyphen made U+0001, which `_as_read` makes a space as it does any
-    glyph's own code: a font that maps its code 2 to no Unicode (TeX's big bracket in CMEX10) writes U+0002 too.
+def _glyph_codes_apart(raw: pdfium_c.FPDF_TEXTPAGE, box: tuple[float, float, float, float], text: str) -> str:
+    """`text`, the characters within `box`, with each U+0002 that is no line-end hyphen made U+0001, which `_as_read`
+    makes a space as it does any glyph's own code: a font that maps its code 2 to no Unicode (TeX's big bracket in
+    CMEX10) writes U+0002 too.
 
-    PDFium's characters in order say which is which (FPDFText_IsHyphen), asked only on a page that has one. Where the
-    page's text within its bounds holds fewer than the page, which is which is not known: all are hyphens only if
-    every one on the page is.
+    PDFium's text buffer (FPDFText_GetText's) leaves out every control character but a line-end hyphen, so on a page
+    where it left out none (the last character's index there is its own), every U+0002 is a hyphen: two calls. Else
+    PDFium's characters in order say which is which (FPDFText_IsHyphen).
     """
     count = text.count(_LINE_END_HYPHEN)
     if not count:
         return text
-    raw = textpage.raw
-    hyphens = [
-        bool(pdfium_c.FPDFText_IsHyphen(raw, i))
-        for i in range(pdfium_c.FPDFText_CountChars(raw))
-        if pdfium_c.FPDFText_GetUnicode(raw, i) == ord(_LINE_END_HYPHEN)
-    ]
+    last = pdfium_c.FPDFText_CountChars(raw) - 1
+    if pdfium_c.FPDFText_GetTextIndexFromCharIndex(raw, last) == last:
+        return text
+    codes = [i for i in range(last + 1) if pdfium_c.FPDFText_GetUnicode(raw, i) == ord(_LINE_END_HYPHEN)]
+    if len(codes) != count:
+        codes = [i for i in codes if _within(raw, i, box)]
+    hyphens = [bool(pdfium_c.FPDFText_IsHyphen(raw, i)) for i in codes]
+    # Counts that still differ would be a PDFium this code does not know: all are hyphens only if every one is.
     return _codes_apart(text, hyphens if len(hyphens) == count else [all(hyphens)] * count)
+
+
+def _within(raw: pdfium_c.FPDF_TEXTPAGE, index: int, box: tuple[float, float, float, float]) -> bool:
+    """Whether FPDFText_GetBoundedText over `box` takes character `index`: its box and `box` overlap with an area,
+    compared in single precision as PDFium's rectangles are (CPDF_TextPage::GetTextByRect)."""
+    left, bottom, right, top = (ctypes.c_double() for _ in range(4))
+    pdfium_c.FPDFText_GetCharBox(raw, index, left, right, bottom, top)
+    box_left, box_bottom, box_right, box_top = (ctypes.c_float(edge).value for edge in box)
+    return max(left.value, box_left) < min(right.value, box_right) and max(bottom.value, box_bottom) < min(
+        top.value, box_top
+    )
 
 
 def _codes_apart(text: str, hyphens: list[bool]) -> str:
@@ -91,11 +122,11 @@ def _as_read(text: str) -> str:
 
     PDFium ends lines with CRLF; they become LF so both extractors give the same character offsets for the same
     text. A line-end hyphen's marker joins the word, as Chrome's viewer, PDFium's own reader, does in copied and
-    found text (it drops the marker, U+FFFE in FPDFText_GetText's text), except before a capital: outside words in
-    capitals a syllable break never leaves one there, so that hyphen belongs to a compound ("Schwarz-Weiß") and
-    stays. Any other control character is a glyph's own code in a font that maps it
-    to no Unicode (FPDFText_HasUnicodeMapError is true there): TeX's big delimiters (CMEX10), a box (MSAM10), a
-    TrueType font's space (glyph 3). It stands for no letter, and a space keeps the words either side apart.
+    found text (it drops the marker), except before a capital: outside words in capitals a syllable break never
+    leaves one there, so that hyphen belongs to a compound ("Schwarz-Weiß") and stays. Any other control character
+    is a glyph's own code in a font that maps it to no Unicode (FPDFText_HasUnicodeMapError is true there, or a
+    ToUnicode map names the control): TeX's big delimiters (CMEX10), a box (MSAM10), a TrueType font's space (glyph
+    3). It stands for no letter, and a space keeps the words either side apart.
     """
     return _CONTROL.sub(_shown_as, text.replace("\r\n", "\n"))  # a page without controls comes back as it is
 

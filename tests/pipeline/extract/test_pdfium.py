@@ -4,7 +4,7 @@ import pytest
 
 from pipeline.extract._pdfium import _as_read, _codes_apart, pdf_pages
 
-from support import SAMPLES
+from support import SAMPLES, glyph_codes_pdf
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +47,24 @@ def test_a_glyph_code_2_is_no_hyphen_and_keeps_the_words_apart():
     text = "ultri\x02ces f\x02x\x03y"
     assert _as_read(_codes_apart(text, [True, False])) == "ultrices f x y"
     assert _as_read(_codes_apart(text, [False, False])) == "ultri ces f x y"
+
+
+# PDFium's characters hold a code 2 the page's text leaves out, which only its box tells apart.
+_OUTSIDE = {
+    "nothing": [],
+    "a glyph code 2": [("codes", -300, 380, b"e\\002f")],
+    "a hyphen": [("text", -300, 380, b"off page hyph-"), ("text", -300, 360, b"enation")],
+}
+
+
+@pytest.mark.parametrize("outside", _OUTSIDE.values(), ids=[f"{what} outside the page" for what in _OUTSIDE])
+def test_a_page_with_hyphens_and_glyph_codes_2_tells_them_apart(outside):
+    inside = [("codes", 20, 340, b"a\\002b"), ("text", 20, 300, b"hyph-"), ("text", 20, 280, b"enation")]
+    page = glyph_codes_pdf(outside + inside + [("codes", 20, 260, b"c\\002d")])
+    assert pdf_pages(page) == ["a b\nhyphenation\nc d"]
+
+
+def test_a_character_above_u_ffff_costs_the_page_nothing():
+    # PDFium counts 𝐀 as one character and writes it as two UTF-16 units; a buffer sized by the count lost the "d".
+    page = glyph_codes_pdf([("math", 20, 360, b"xAx"), ("text", 20, 340, b"the end")])
+    assert pdf_pages(page) == ["x\U0001d400x\nthe end"]
