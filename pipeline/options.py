@@ -72,7 +72,7 @@ OPTIONS = (
     Option(
         "--output",
         str,
-        "output directory (local path or URI); search: a finished job's",
+        "output directory (local path or URI): the one embed writes, and search reads",
         metavar="URI",
         required=True,
         commands=("embed", "search"),
@@ -97,8 +97,8 @@ OPTIONS = (
     Option(
         "--prompt",
         str,
-        "a prompt name of the model's (config_sentence_transformers.json) or the prompt text, "
-        "put before every chunk (search: before the query, e.g. search_query); '' for none "
+        "a prompt name of the model's (config_sentence_transformers.json, e.g. search_query) or the prompt's "
+        "text with its white space or colon ('query: '), put before every chunk and every query; '' for none "
         "(default: the model's default prompt, if any)",
         metavar="NAME|TEXT",
         commands=("embed", "capacity", "search"),

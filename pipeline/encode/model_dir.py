@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -139,11 +140,20 @@ class ModelSpec:
 
         A name among the model's prompts gives that prompt's text; any other
         string is the text itself. None gives the model's default prompt (if
-        it names one, as sentence-transformers applies it), '' no prompt.
+        it names one, as sentence-transformers applies it), '' no prompt. A
+        word the model does not name (no white space, no colon) is refused, as
+        sentence-transformers refuses an unknown prompt_name: taken as text it
+        would put a misspelt or another model's name before every chunk.
         """
         prompts = dict(self.prompts)
         if prompt is None:
             prompt = self.default_prompt_name or ""
+        if prompt not in prompts and _PROMPT_NAME.fullmatch(prompt):
+            named = ", ".join(sorted(prompts)) or "none"
+            raise ConfigError(
+                f"model {self.model_id} has no prompt named {prompt!r} (its prompts: {named}); for text put before "
+                f"every chunk as it is, give it with its white space or colon, e.g. {prompt + ': '!r}"
+            )
         text = prompts.get(prompt, prompt)
         if text and not self.include_prompt:
             raise ConfigError(
@@ -161,6 +171,9 @@ class ModelSpec:
         return text
 
 
+# What `--prompt` takes for a prompt's name: a word (names in the wild: query, search_document,
+# Retrieval-query, retrieval.passage); text comes with white space or a colon, "query: ".
+_PROMPT_NAME = re.compile(r"[^\s:]+")
 _warned_prompts: set[str] = set()  # once per process: the Embedder asks at every call
 
 

@@ -64,6 +64,17 @@ def test_prompt_names_win_over_literal_text_and_the_default_prompt_applies():
     assert with_default.prompt_text(None) == "search_query: " and with_default.prompt_text("") == ""
 
 
+@pytest.mark.parametrize("model", [str(NOMIC), None], ids=["nomic", "the default model"])
+def test_a_word_the_model_names_no_prompt_is_refused_and_text_is_text(model):
+    """sentence-transformers refuses a prompt_name it does not know; a word is a name, text has white space or a
+    colon. The default model names no prompt: another model's name would have been put before every chunk."""
+    spec = model_dir.resolve(model)
+    for word in ("search_qurey", "search_document" if model is None else "Retrieval-query"):
+        with pytest.raises(ConfigError, match=f"has no prompt named '{word}' .*e.g. '{word}: '"):
+            spec.prompt_text(word)
+    assert spec.prompt_text("query: ") == "query: " and spec.prompt_text("passage:") == "passage:"
+
+
 def test_a_model_that_pools_without_the_prompt_is_refused_with_a_prompt(tmp_path):
     path = tmp_path / "m"
     shutil.copytree(NOMIC, path)
