@@ -17,10 +17,17 @@ between the two tokens (their gap, and the characters on either side):
   joiner) join a word rather than part two;
 - CHARACTER: no white space, but a character of a script written without
   spaces on either side (Han, kana, Thai, Lao, Khmer, Burmese, and their
-  punctuation), where each character is a place to cut, unless a combining
-  mark (a Thai vowel or tone mark) follows;
+  punctuation), where each character is a place to cut, unless a mark that
+  extends the character before it follows (a Thai vowel or tone mark, Thai's
+  and Lao's AM), or the character before stacks the next under it (Khmer's
+  COENG, Burmese's virama): Unicode's grapheme clusters (UAX #29);
 - NONE: inside a word (between "photo" and "##synthesis"), or inside one
   character that a byte-level tokenizer split.
+
+Tokens of white space alone (byte-level BPE's 'Ġ' and 'Ċ', SentencePiece's
+'▁') would have a cut on either side, and a chunk could hold nothing else: the
+cuts around a run of them are one, after the run (before it at the document's
+start), at the strongest level among them.
 
 A small set of regular expressions and code point ranges rather than a Unicode
 segmentation library: the regexes run once over the text, in C, and every cut's
@@ -37,8 +44,11 @@ import numpy as np
 NONE, CHARACTER, WORD, SENTENCE, PARAGRAPH = range(5)
 
 _CLOSERS = "\"'”’»›)\\]}」』）】〕〉》"
+_TERMINATORS = ".!?…‼⁇⁈⁉؟۔।॥։።။"
+# A run of terminators is tried from its first character only, and never given back: else a run not followed by
+# white space ("....x") is tried from each of its characters, back through the rest of it, in quadratic time.
 _SENTENCE_END = re.compile(
-    rf"(?:[.!?…‼⁇⁈⁉؟۔।॥։።။]+[{_CLOSERS}]*(?=\s|$)|[。！？｡]+[{_CLOSERS}]*)",
+    rf"(?:(?<![{_TERMINATORS}])[{_TERMINATORS}]++[{_CLOSERS}]*+(?=\s|$)|[。！？｡]++[{_CLOSERS}]*+)",
 )
 # Line breaks as str.splitlines() knows them (\r\n counts once), and the separators that end a paragraph alone.
 _LINE = r"(?:\r\n|\r(?!\n)|[\n\v\x85\u2028])"
@@ -63,9 +73,12 @@ _SPACELESS = np.array(
 )
 
 
-# Combining marks of the Basic Multilingual Plane, where every script written without spaces has its marks;
-# white space, all of which is in that plane.
-_MARK = np.array([unicodedata.category(chr(c)).startswith("M") for c in range(0x10000)])
+# What extends the character before it, of the Basic Multilingual Plane, where every script written without
+# spaces has its marks: combining marks, and the two letters UAX #29 counts with them (Thai's and Lao's AM);
+# what stacks the next character under it (Khmer's COENG, Burmese's virama); white space, all of which is in
+# that plane.
+_EXTENDS = np.array([unicodedata.category(chr(c)).startswith("M") or c in (0x0E33, 0x0EB3) for c in range(0x10000)])
+_STACKS = np.isin(np.arange(0x10000), (0x17D2, 0x1039))
 _SPACE = np.array([chr(c).isspace() for c in range(0x10000)])
 
 
@@ -101,11 +114,12 @@ def cut_levels(text: str, offsets) -> np.ndarray:
     before, after = spans[:-1, 1], spans[1:, 0]  # the gap of cut i is text[before[i-1]:after[i-1]]
     codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
     spaceless = np.append(_spaceless(codepoints), False)  # index len(text): past the end
-    mark, space = _in_bmp_table(_MARK, codepoints), _in_bmp_table(_SPACE, codepoints)
+    extends, stacks = _in_bmp_table(_EXTENDS, codepoints), _in_bmp_table(_STACKS, codepoints)
+    space = _in_bmp_table(_SPACE, codepoints)
     spaces_before = np.concatenate(([0], np.cumsum(space[:-1])))  # [len(text) + 1]: white space in text[:i]
     last = np.maximum(before - 1, 0)  # the last character of the token before each cut
     word = (after >= before) & ((spaces_before[after] > spaces_before[before]) | space[last] | space[after])
-    touching = (after == before) & ~mark[after]
+    touching = (after == before) & ~extends[after] & ~stacks[last]
     character = touching & (spaceless[last] | spaceless[after])
     inner = np.where(word, WORD, np.where(character, CHARACTER, NONE))
     for level, positions in (
@@ -119,4 +133,21 @@ def cut_levels(text: str, offsets) -> np.ndarray:
         holds = (first < len(positions)) & (positions[np.minimum(first, len(positions) - 1)] <= after)
         inner = np.where(holds & (after >= before), level, inner)
     levels[1:-1] = inner
-    return levels
+    blank = spaces_before[spans[:, 1]] - spaces_before[spans[:, 0]] == spans[:, 1] - spans[:, 0]
+    return _one_cut_around_blanks(levels, blank) if blank.any() else levels
+
+
+def _one_cut_around_blanks(levels: np.ndarray, blank: np.ndarray) -> np.ndarray:
+    """`levels` [n + 1] with the cuts around each run of `blank` tokens ([n] bool) made one: the run's last
+    (its first at the document's start) at the strongest level among them, the others NONE."""
+    edges = np.diff(np.concatenate(([0], blank.astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # a run's cuts: starts[k]..ends[k]
+    # reduceat over [starts[k], ends[k] + 1), with an element past the end for a run that ends the document.
+    strongest = np.maximum.reduceat(np.append(levels, NONE), np.column_stack((starts, ends + 1)).ravel())[::2]
+    runs = np.zeros(len(levels) + 1, dtype=np.int64)
+    np.add.at(runs, starts, 1)  # one token apart, a run's end and the next's start are one cut
+    np.add.at(runs, ends + 1, -1)
+    merged = np.where(np.cumsum(runs)[:-1] > 0, NONE, levels).astype(np.int8)
+    merged[np.where(starts == 0, 0, ends)] = strongest
+    merged[0] = merged[-1] = PARAGRAPH
+    return merged

@@ -9,10 +9,11 @@ or re-tokenised; `mode` picks where the windows end:
 - "boundaries" (the default): each window ends at the strongest boundary near
   its end (`pipeline.text.boundaries`): a paragraph or a sentence in its last
   quarter, else a word, else a character of a script written without spaces;
-  inside a word only when the window holds nothing else. A sentence short
+  inside a word only when the word is longer than a window. A sentence short
   enough to fit a window with its overlap (`max_tokens - special - overlap`
   tokens) is never split: the window ends before it instead. Neighbours share
-  up to `overlap` tokens, whole sentences, or else whole words.
+  up to `overlap` tokens, whole sentences, or else whole words, and fewer where
+  the word after a window needs the room in the next one.
 - "window": windows of exactly `max_tokens` step through the tokens, sharing
   `overlap` tokens; edges fall anywhere, inside words too.
 
@@ -198,16 +199,19 @@ def boundary_spans(levels: np.ndarray, content: int, overlap: int) -> list[tuple
         return limit if anywhere is None else anywhere
 
     def next_start(start: int, end: int) -> int:
-        lo = max(end - overlap, start + 1)
+        # The overlap gives way to the word after `end` where a window holds that word: the next window reaches
+        # past it, so it is not cut.
+        word = first(CHARACTER, end + 1, n)
+        lo = max(end - overlap, start + 1, word - content if word - end <= content else 0)
         for level in (SENTENCE, WORD, CHARACTER):
             cut = first(level, lo, end - 1)
             if cut is not None:
                 return cut
         return end
 
-    spans, start, end = [], 0, 0
-    while end < n:
-        end = end_of(start, end)
-        spans.append((start, end))
-        start = next_start(start, end)
+    spans = [(0, end_of(0, 0))]
+    while spans[-1][1] < n:
+        start, end = spans[-1]
+        following = next_start(start, end)
+        spans.append((following, end_of(following, end)))
     return spans

@@ -12,6 +12,7 @@ import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from pipeline.encode import model_dir
 from pipeline.encode.model_location import default_model_dir
 from pipeline.errors import ConfigError
 from pipeline.run.stages import ChunkBlock
@@ -89,7 +90,8 @@ def test_bad_window_settings_are_refused():
 
 SAMPLES = Path(__file__).resolve().parents[3] / "samples" / "text"
 SCRIPTS = Path(__file__).resolve().parents[2] / "fixtures" / "scripts"
-XLMR = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "xlm-roberta-sharded" / "tokenizer.json"
+FAMILIES = Path(__file__).resolve().parents[2] / "fixtures" / "families"
+XLMR = FAMILIES / "xlm-roberta-sharded" / "tokenizer.json"
 
 
 def english():
@@ -123,6 +125,7 @@ def checked_spans(text, enc, chunks, tokenizer, cfg):
         assert len(c.token_ids) <= cfg.max_tokens
         assert c.text == text[c.char_start : c.char_end]
         assert c.text == c.text.strip() or len(chunks) == 1
+        assert c.text.strip()  # no chunk of white space alone
     for (s0, e0), (s1, e1), c0, c1 in zip(spans, spans[1:], chunks, chunks[1:]):
         assert s0 < s1 <= e0 < e1 and e0 - s1 <= cfg.overlap  # each adds tokens; the overlap is within budget
         assert text[c0.char_end : c1.char_start].strip() == ""  # nothing but white space between them
@@ -179,6 +182,30 @@ def test_a_chunk_ends_inside_a_word_only_when_its_new_text_holds_no_other_bounda
     for (_, e0), (s1, e1) in zip(spans, spans[1:]):
         if levels[e1] == NONE:
             assert e1 - s1 == cfg.max_tokens - 2 and max(levels[max(e0, s1) + 1 : e1]) == NONE
+
+
+@pytest.mark.parametrize("max_tokens, overlap", [(64, 0), (64, 48), (256, 32)])
+def test_a_chunk_ends_inside_a_word_only_when_the_word_is_longer_than_a_window(tokenizer, max_tokens, overlap):
+    # Words of every length up to a few windows, URLs of 1 to 78 path segments after short words: the overlap
+    # before a word that a window holds once pushed the word's end out of the next window.
+    urls = ["https://example.org/" + "/".join(f"seg{i}" for i in range(k)) for k in range(1, 80, 7)]
+    text = " ".join("see the link " * 11 + f"{url} for details." for url in urls)
+    cfg = ChunkingConfig(max_tokens=max_tokens, overlap=overlap)
+    chunks, spans, levels = boundary_chunks(text, tokenizer, cfg)
+    cuts = np.flatnonzero(levels >= CHARACTER)
+    for _, e in spans:
+        i = np.searchsorted(cuts, e)
+        assert levels[e] >= CHARACTER or cuts[i] - cuts[i - 1] > max_tokens - tokenizer.n_special
+
+
+@pytest.mark.parametrize("blank", [" ", "\n", "\n\n"])
+def test_no_chunk_is_white_space_alone_before_a_word_longer_than_the_window(blank):
+    # Qwen2's byte-level tokens: the sentence's end, then 'Ġ' or 'Ċ' alone, then a word longer than the window.
+    # Cuts on either side of the blank token made a chunk of it.
+    tokenizer = model_dir.tokenizer(FAMILIES / "qwen2-embedding")
+    text = "go " * 23 + "end." + blank + "+" * 400 + " end."
+    chunks, _, _ = boundary_chunks(text, tokenizer, ChunkingConfig(max_tokens=64, overlap=0))
+    assert chunks[0].text.endswith("end.") and chunks[1].text.startswith("+")
 
 
 @pytest.mark.parametrize("path", [None, XLMR], ids=["minilm-base64", "xlm-roberta-letters"])
