@@ -101,8 +101,9 @@ class CapacityConfig:
         # `not 0 < x < inf` refuses nan too, which every comparison calls false.
         if self.encoder_tokens_per_s is not None and not 0 < self.encoder_tokens_per_s < math.inf:
             raise ConfigError(f"--encoder-tokens-per-s must be positive, got {self.encoder_tokens_per_s:g}")
-        if not 0 < self.headroom < math.inf:
-            raise ConfigError(f"--headroom must be positive, got {self.headroom:g}")
+        # A margin over the measured need: below 1 it would plan fewer cores than measured.
+        if not 1 <= self.headroom < math.inf:
+            raise ConfigError(f"--headroom must be at least 1, got {self.headroom:g}")
 
 
 def chunks_and_encoder(spec: ModelSpec, cfg: JobConfig | CapacityConfig) -> tuple[ChunkingConfig, EncoderConfig]:

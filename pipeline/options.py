@@ -130,7 +130,7 @@ OPTIONS = (
     Option(
         "--batch-size",
         int,
-        "sequences per device per batch at full length (default: 4 on CPU, 64 on GPU/TPU)",
+        "rows of the model's window per device per batch (default: 4 on CPU, 64 on GPU/TPU)",
         metavar="N",
         commands=EMBED_CAPACITY,
     ),

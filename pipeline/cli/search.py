@@ -23,8 +23,10 @@ def excerpt(text: str, head: int = 200, tail: int = 100) -> str:
 def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
     a = parse_options(argv, "search", prog=prog, description=__doc__.split("\n\n")[0])
     try:
-        if a["top"] < 1 or not a["query"].strip():
-            raise UserError(f"--top must be at least 1 and --query not blank, got {a['top']} and {a['query']!r}")
+        if a["top"] < 1:
+            raise UserError(f"--top must be at least 1, got {a['top']}")
+        if not a["query"].strip():
+            raise UserError(f"--query must not be blank, got {a['query']!r}")
         report = read_report(a["output"])
         table = read_table(a["output"])
         if not table.num_rows:

@@ -71,7 +71,7 @@ class EncoderConfig:
             known = ", ".join(("auto", *DENSE_IMPLS))
             raise ConfigError(f"unknown dense implementation {self.dense!r}; known: {known}")
         if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"batch size must be at least 1, got {self.batch_size}")
+            raise ConfigError(f"--batch-size must be at least 1, got {self.batch_size}")
         if self.dim is not None and self.dim < 1:
             raise ConfigError(f"--dim must be at least 1, got {self.dim}")
         _check_mesh(self.mesh)

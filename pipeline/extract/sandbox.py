@@ -65,11 +65,10 @@ class ExtractConfig:
                 f"--pdf-extractor must be one of auto, {', '.join(PDF_EXTRACTORS)}, got {self.pdf_extractor!r}"
             )
         # Upper bounds too: past them the OS refuses the timer or the limit, and every PDF would fail.
-        if not (1 <= self.timeout_s <= MAX_TIMEOUT_S and 64 <= self.memory_mib <= MAX_MEMORY_MIB):
-            raise ConfigError(
-                f"--extract-timeout must be in [1, {MAX_TIMEOUT_S}] s and --extract-memory in [64, {MAX_MEMORY_MIB}]"
-                f" MiB, got {self.timeout_s} and {self.memory_mib}"
-            )
+        if not 1 <= self.timeout_s <= MAX_TIMEOUT_S:
+            raise ConfigError(f"--extract-timeout must be in [1, {MAX_TIMEOUT_S}] s, got {self.timeout_s}")
+        if not 64 <= self.memory_mib <= MAX_MEMORY_MIB:
+            raise ConfigError(f"--extract-memory must be in [64, {MAX_MEMORY_MIB}] MiB, got {self.memory_mib}")
 
 
 class Sandbox:

@@ -78,7 +78,7 @@ def not_docembeds(lines: list[str]) -> list[str]:
             ["--input", str(SAMPLES), "--output", "{tmp}/out", "--max-tokens", "1000"],
             "--max-tokens 1000: a window of 1000 tokens is longer than this bert model's 512 positions",
         ),
-        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--batch-size", "0"], "batch size must be at least 1"),
+        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--batch-size", "0"], "--batch-size must be at least 1"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--attention", "magic"], "unknown attention"),
         (["--input", "{tmp}", "--output", "{tmp}/out"], "no documents"),
         (["--input", "", "--output", "{tmp}/out"], "an input is an empty string"),

@@ -67,7 +67,7 @@ def test_yaml_file_with_flags_overriding_it(tmp_path):
         ("input: a\noutput: o\nmesh: data=two\n", "mesh must look like"),
         ("input: a\noutput: o\npdf-extractor: mupdf\n", "pdf_extractor must be one of auto, pypdf, pdfium"),
         ("input: a\noutput: o\nextract-timeout: 0\n", "--extract-timeout must be in \\[1, 86400\\] s"),
-        ("input: a\noutput: o\nextract-memory: 10000000000000\n", "--extract-memory in \\[64, 1048576\\] MiB"),
+        ("input: a\noutput: o\nextract-memory: 10000000000000\n", "--extract-memory must be in \\[64, 1048576\\] MiB"),
         ("input: a\noutput: o\nencoders: -1\n", "--encoders must be at least 1, got -1"),
         # null is "not given" only where an option has no default of its own (max-tokens: the model's).
         ("input: a\noutput: o\ngroup-size: null\n", "group_size must be int, got None"),
@@ -146,8 +146,9 @@ def test_every_command_in_the_table_is_a_docembed_command():
     [
         (["--sample-docs", "0"], "--sample-docs must be at least 1, got 0"),
         (["--encoder-tokens-per-s", "0"], "--encoder-tokens-per-s must be positive, got 0"),
-        (["--headroom", "-1"], "--headroom must be positive, got -1"),
-        (["--headroom", "nan"], "--headroom must be positive, got nan"),
+        (["--headroom", "-1"], "--headroom must be at least 1, got -1"),
+        (["--headroom", "0.5"], "--headroom must be at least 1, got 0.5"),
+        (["--headroom", "nan"], "--headroom must be at least 1, got nan"),
         (["--encoder-tokens-per-s", "inf"], "--encoder-tokens-per-s must be positive, got inf"),
     ],
 )

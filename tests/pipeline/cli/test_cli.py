@@ -43,6 +43,14 @@ def test_help_lists_every_command_and_a_bad_one_is_one_error_line(capsys):
         assert err.startswith("docembed: error: ") and err.endswith("(see docembed --help)\n"), err
 
 
+def test_options_before_the_command_are_one_line_saying_where_they_go(capsys):
+    # Only the first word is docembed's: "--quiet embed" once read as no command at all.
+    assert main(["--quiet", "embed", "--input", "samples"]) == 2
+    assert capsys.readouterr().err == (
+        "docembed: error: options go after the command: docembed embed --quiet ... (see docembed --help)\n"
+    )
+
+
 @pytest.mark.parametrize("command", ["embed", "search", "capacity"])
 def test_each_commands_help_offers_exactly_its_scripts_options(capsys, command):
     """`docembed COMMAND --help` and `python jobs/COMMAND.py --help`: one parser, the options table's rows for it."""

@@ -74,7 +74,7 @@ def test_search_says_in_one_line_when_nothing_was_embedded_or_asked(embedded, tm
         (failed, ["--query", "photosynthesis"], "holds no embedded chunk: its 0 documents failed"),
         (other, ["--query", "photosynthesis"], "was embedded by another model than the one loaded"),
         (embedded, ["--query", "photosynthesis", "--top", "0"], "--top must be at least 1"),
-        (embedded, ["--query", "  "], "--query not blank"),
+        (embedded, ["--query", "  "], "--query must not be blank"),
         (embedded, ["--query", "photosynthesis", "--prompt", "word " * 300], "leaves no room for text"),
     ]:
         result = run(DOCEMBED, "search", "--output", str(output), *args)
