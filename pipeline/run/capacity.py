@@ -11,6 +11,7 @@ second; a chip encodes E; a chip therefore needs E / R cores, times headroom.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 
@@ -31,7 +32,11 @@ from pipeline.run.stage_clock import STAGE_UNITS, RunTally, StageTable
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
 
+log = logging.getLogger("docembed")
+
 CPU_STAGES = ("read", "extract", "tokenise", "chunk")
+# The encoder's options its measured rate depends on, which a given rate makes moot.
+ENCODER_RATE_OPTIONS = ("dtype", "attention", "dense", "batch_size", "packing", "mesh")
 ENCODER_SECONDS = 3.0  # timed encoding after compilation: long enough to be steady
 
 
@@ -45,6 +50,10 @@ def plan(cfg: CapacityConfig) -> str:
         raise InputError("the sample yielded no text to encode: every sampled document is an error row")
     if cfg.encoder_tokens_per_s:
         encoder = EncoderRate(cfg.encoder_tokens_per_s, "given with --encoder-tokens-per-s")
+        moot = [name for name in ENCODER_RATE_OPTIONS if getattr(encoder_cfg, name) != getattr(EncoderConfig(), name)]
+        if moot:
+            flags = ", ".join("--" + name.replace("_", "-") for name in moot)
+            log.warning("docembed: %s not used: --encoder-tokens-per-s gives the encoder's rate", flags)
     else:
         encoder = measure_encoder(cfg.model, encoder_cfg, sample.windows)
     return render(sample, encoder, cfg.headroom)

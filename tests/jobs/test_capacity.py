@@ -58,6 +58,16 @@ def test_the_encoder_is_measured_at_the_jobs_window():
     assert "measured here on the CPU" in plan(CapacityConfig(inputs=(str(SAMPLES),), sample_docs=3, max_tokens=512))
 
 
+def test_encoder_options_a_given_rate_makes_moot_are_named(caplog):
+    cfg = CapacityConfig(
+        inputs=(str(SAMPLES / "text"),),
+        encoder_tokens_per_s=1e6,
+        encoder=EncoderConfig(dtype="bfloat16", mesh=(("data", 3),)),
+    )
+    assert "given with --encoder-tokens-per-s" in plan(cfg)
+    assert "docembed: --dtype, --mesh not used: --encoder-tokens-per-s gives the encoder's rate" in caplog.text
+
+
 def test_command_line(tmp_path):
     ok = subprocess.run(
         CAPACITY + ["--input", str(SAMPLES), "--encoder-tokens-per-s", "1000000"],
