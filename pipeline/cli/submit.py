@@ -86,10 +86,17 @@ def not_a_gcs(address: str, head: str) -> str | None:
     try:  # a GCS speaks gRPC, which answers HTTP/1.1 with no status line
         web = http.client.HTTPConnection(host, int(port), timeout=CONNECT_TIMEOUT_S)
         web.request("GET", "/api/version")
-        web.getresponse().close()
+        response = web.getresponse()
+        response.close()
     except (OSError, http.client.HTTPException):
         return None
+    if response.status == 404:
+        return not_the_job_api(head)
     return f"{head} answers HTTP, so it is no GCS address: give the job API's with its scheme, http://{address}"
+
+
+def not_the_job_api(head: str) -> str:
+    return f"{head} answers HTTP but is not Ray's job API (404): give its dashboard's address, {DASHBOARD}"
 
 
 def refusal(options: list[str]) -> str | None:
@@ -114,7 +121,7 @@ def refusal(options: list[str]) -> str | None:
         return f"cannot reach {head} ({str(e).strip()}): {REACH}"
     except RuntimeError as e:
         if "returned 404" in str(e):  # the job client's words for an HTTP server without the job API
-            return f"{head} answers HTTP but is not Ray's job API (404): give its dashboard's address, {DASHBOARD}"
+            return not_the_job_api(head)
     except (ImportError, OSError, RayError, TypeError, ValueError):
         pass  # `ray job submit` says what is wrong in its own words
     return None

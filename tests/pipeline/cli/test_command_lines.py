@@ -164,7 +164,7 @@ def test_submit_says_in_one_line_what_to_set_when_the_head_refuses(refusing_head
     assert line.startswith(f"docembed: error: cannot reach the Ray head at {nowhere}")
 
 
-def test_submit_says_in_one_line_and_at_once_when_the_address_is_no_ray_heads(not_ray, tmp_path):
+def test_submit_says_in_one_line_and_at_once_when_the_address_is_no_ray_heads(not_ray, refusing_head, tmp_path):
     """An address without http:// is taken for the head's GCS, which Ray's job client and then `ray job submit`
     retried for about 40 s each before a traceback; another web server ended in one as well."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")} | {"HOME": str(tmp_path)}
@@ -173,7 +173,14 @@ def test_submit_says_in_one_line_and_at_once_when_the_address_is_no_ray_heads(no
     for address, message in [
         (f"127.0.0.1:{free_port()}", "cannot reach the Ray head at 127.0.0.1:"),
         (not_ray, re.escape(f"the Ray head at {not_ray} answers HTTP but is not Ray's job API (404)")),
-        (gcs_form, f"the Ray head at {gcs_form} answers HTTP, so it is no GCS address: .* http://{gcs_form}$"),
+        # Without its scheme too: the advice to add one would meet the 404 next.
+        (gcs_form, re.escape(f"the Ray head at {gcs_form} answers HTTP but is not Ray's job API (404)")),
+        # A job API given without its scheme: the address to give instead.
+        (
+            refusing_head.removeprefix("http://"),
+            f"the Ray head at {refusing_head.removeprefix('http://')} answers HTTP, so it is no GCS address: .* "
+            f"{refusing_head}$",
+        ),
     ]:
         result = run(DOCEMBED, "submit", "--address", address, *command, env=env, timeout=30)
         assert result.returncode == 2, result.stdout + result.stderr
