@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from pipeline.checked import check_types
 from pipeline.encode import model_dir
 from pipeline.encode.compile_cache import DEFAULT_COMPILE_CACHE
 from pipeline.encode.encoder_config import EncoderConfig, check_shape
@@ -33,6 +34,7 @@ class Resources:
     encode_actors: int | None = None  # CPU encoder actors; None: one per node
 
     def __post_init__(self):
+        check_types(self, "Resources field")
         if self.encode_actors is not None and self.encode_actors < 1:
             raise ConfigError(f"--encoders must be at least 1, got {self.encode_actors}")
 
@@ -60,6 +62,7 @@ class JobConfig:
     verbosity: str = "normal"  # "quiet", "normal" or "verbose": what the job prints (pipeline.run.console)
 
     def __post_init__(self):
+        check_types(self, "JobConfig field")
         if not self.inputs:
             raise ConfigError("at least one --input is required")
         if not self.output:
@@ -94,6 +97,7 @@ class CapacityConfig:
     headroom: float = 1.25  # margin over the measured need
 
     def __post_init__(self):
+        check_types(self, "CapacityConfig field")
         if not self.inputs:
             raise ConfigError("at least one --input is required")
         if self.sample_docs < 1:

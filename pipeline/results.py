@@ -30,13 +30,17 @@ def read_report(output: str) -> dict:
             raise InputError(f"{output} does not exist") from None
         if kind == pafs.FileType.File:
             raise InputError(f"{output} is a file, not a run's output") from None
-        raise InputError(f"{output} holds no finished run (no {SUCCESS_FILE})") from None
+        raise InputError(
+            f"{output} holds no finished run (no {SUCCESS_FILE}): if a run was stopped, rerun its command to finish it"
+        ) from None
     except ValueError as e:  # written whole by the run (pipeline.output.ledger): what else wrote it?
         raise InputError(f"{output}/{SUCCESS_FILE} is not a run's report: {e}") from None
 
 
 def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
     """All parts under `embeddings/` (or `errors/`) as one table, sorted by document and chunk."""
+    if which not in (EMBEDDINGS_DIR, ERRORS_DIR):  # a misspelt one would read as a table without rows
+        raise ValueError(f"which must be {EMBEDDINGS_DIR!r} or {ERRORS_DIR!r}, got {which!r}")
     read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
     fs, root = filesystem_for(output)
     # No part (a run without a single error, or one whose every document failed): on object stores no prefix either.
@@ -54,11 +58,12 @@ def read_errors(output: str) -> pa.Table:
 
 
 def embedding_matrix(table: pa.Table) -> np.ndarray:
-    """The `embedding` column as a float32 array [n, dim], without copying row by row ([0, 0] for a run that
-    embedded nothing: no part says its dim)."""
-    column = table.column("embedding").combine_chunks()
+    """The `embedding` column as a float32 array [n, dim] ([0, 0] for a run that embedded nothing: no part says its
+    dim): a view of a column in one piece, one copy of a column in several (a table read from several parts)."""
+    pieces = table.column("embedding").chunks
+    column = pieces[0] if len(pieces) == 1 else table.column("embedding").combine_chunks()
     dim = getattr(column.type, "list_size", 0)
-    return column.values.to_numpy().reshape(len(column), dim)
+    return column.flatten().to_numpy().reshape(len(column), dim)  # flatten: a sliced column's own rows
 
 
 def nearest(table: pa.Table, query_D: np.ndarray, k: int = 3) -> pa.Table:

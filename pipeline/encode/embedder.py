@@ -8,6 +8,7 @@ from pipeline.encode import model_dir
 from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.encode.encoder_config import check_shape
 from pipeline.errors import ConfigError, InputError
+from pipeline.results import read_report
 from pipeline.text.tokenizer import Tokenizer
 
 # A handful of texts at a time: a call's last batch may shrink to a single row
@@ -39,9 +40,11 @@ class Embedder:
         return cls(Encoder(spec, cfg, tail_halvings=INTERACTIVE_TAIL_HALVINGS), tokenizer)
 
     @classmethod
-    def for_output(cls, output: str, report: dict) -> Embedder:
-        """The embedder of a finished output's queries: its model and its --dim (`report`: its `_SUCCESS`), so that
-        a query is truncated as its chunks were. InputError where the model loaded here did not make it."""
+    def for_output(cls, output: str, report: dict | None = None) -> Embedder:
+        """The embedder of a finished output's queries: its model and its --dim (`report`: its `_SUCCESS`, read
+        here when not given), so that a query is truncated as its chunks were. InputError where the model loaded
+        here did not make it."""
+        report = read_report(output) if report is None else report
         spec = model_dir.resolve(report["config"]["model"])
         if spec.fingerprint != report["model"]["fingerprint"]:  # before the weights load: a 7B model's take minutes
             raise InputError(

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import types
-import typing
 
 from kernels import encoders
 from kernels.attention import IMPLS, RELATIVE_BIAS_IMPLS, runs_on
@@ -19,6 +17,7 @@ from kernels.compute_dtype import DTYPES, choose_dtype
 from kernels.dense import IMPLS as DENSE_IMPLS
 from kernels.dense import unavailable
 from kernels.sharding_rules import MESH_AXES, ShardingRules
+from pipeline.checked import check_types
 from pipeline.encode.model_dir import ModelSpec
 from pipeline.errors import ConfigError
 
@@ -82,9 +81,7 @@ class EncoderConfig:
 
 
 def _check_types(cfg: EncoderConfig) -> None:
-    """TypeError naming the first field whose value is not of its annotated type: `Embedder.load` passes its
-    keyword arguments through unchecked, and `packing="off"` would run packing on (a non-empty string is
-    true), where a float size or a string window would fail only inside the encoder."""
+    """TypeError naming the first option of the wrong type (`check_types`); the mesh's says what makes one."""
     pairs = isinstance(cfg.mesh, tuple) and all(
         isinstance(pair, tuple) and tuple(map(type, pair)) == (str, int) for pair in cfg.mesh
     )
@@ -92,15 +89,7 @@ def _check_types(cfg: EncoderConfig) -> None:
         raise TypeError(
             f"encoder option mesh must be (axis, size) pairs, as parse_mesh('data=2') gives, got {cfg.mesh!r}"
         )
-    hints = typing.get_type_hints(EncoderConfig)
-    for field in dataclasses.fields(cfg):
-        value, hint = getattr(cfg, field.name), hints[field.name]
-        members = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-        allowed = tuple(typing.get_origin(t) or t for t in members)  # tuple[...] -> tuple
-        # bool is an int to isinstance, but True rows per device is no size.
-        if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
-            names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
-            raise TypeError(f"encoder option {field.name} must be {names}, got {value!r}")
+    check_types(cfg, "encoder option")
 
 
 def parse_mesh(text: str) -> MeshShape:

@@ -131,6 +131,15 @@ class ModelSpec:
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     @property
+    def recorded_source(self) -> str | None:
+        """`source` as an output records it for search and notebooks: a local directory as an absolute path,
+        which finds it from any working directory (there a relative one would be taken for a hub id). The
+        stages take `source`: on a cluster a relative path is each node's working directory's."""
+        if self.source is not None and Path(self.source) == self.path:
+            return str(self.path.absolute())
+        return self.source
+
+    @property
     def tokenizer_identity(self) -> str:
         """What the tokenizer `tokenizer(self.path)` gives names itself (`Tokenizer.identity`)."""
         return tokenizer_identity(self.tokenizer_sha256, self.tokenizer_split, self.lowercase)

@@ -36,6 +36,7 @@ import weakref
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from pipeline.checked import check_types
 from pipeline.errors import ConfigError, DocumentError, SandboxError
 from pipeline.extract import PDF_EXTRACTORS, extract_pages, resolve_extractor
 
@@ -60,6 +61,7 @@ class ExtractConfig:
     memory_mib: int = 2048  # address space per document, on top of the child's loaded code
 
     def __post_init__(self):
+        check_types(self, "ExtractConfig field")
         if self.pdf_extractor not in ("auto", *PDF_EXTRACTORS):
             raise ConfigError(
                 f"--pdf-extractor must be one of auto, {', '.join(PDF_EXTRACTORS)}, got {self.pdf_extractor!r}"

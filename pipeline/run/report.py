@@ -53,8 +53,8 @@ class RunReport:
         """`extract` with its PDF extractor resolved: the name of the one that ran."""
         config = {
             "inputs": list(cfg.inputs),
-            "model": cfg.model,
-            "model_path": str(spec.path),
+            "model": spec.recorded_source,
+            "model_path": str(spec.path.absolute()),
             "max_seq_length": spec.max_seq_length,
             "pooling": spec.pooling,
             "normalize": spec.normalize,

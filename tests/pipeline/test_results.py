@@ -34,6 +34,18 @@ def test_nearest_takes_a_row_or_a_vector_and_refuses_what_cannot_be_compared():
         nearest(table, query[:3])
 
 
+def test_the_embedding_matrix_views_a_column_in_one_piece_and_holds_a_sliced_ones_own_rows():
+    vectors_ND = np.arange(24, dtype=np.float32).reshape(6, 4)
+    table = chunks(vectors_ND)
+    buffer = table.column("embedding").chunk(0).values.buffers()[1]
+    matrix = embedding_matrix(table)
+    assert matrix.ctypes.data == buffer.address  # no copy: the README's view
+    np.testing.assert_array_equal(matrix, vectors_ND)
+    np.testing.assert_array_equal(embedding_matrix(table.slice(2, 3)), vectors_ND[2:5])
+    split = pa.concat_tables([table.slice(0, 2), table.slice(2)])  # as read from two parts
+    np.testing.assert_array_equal(embedding_matrix(split), vectors_ND)
+
+
 def finished_output(root, success: str = '{"counts": {"docs_failed": 2}}'):
     """An output as a run whose every document failed leaves it: a report, errors, no embeddings part."""
     for name in ("embeddings", "errors"):
@@ -49,6 +61,8 @@ def test_a_run_that_embedded_nothing_reads_as_empty_tables_with_their_columns(tm
     assert embedding_matrix(table).shape == (0, 0)
     assert nearest(table, np.ones(384, np.float32)).num_rows == 0
     assert read_errors(output).num_rows == 0 and "error_type" in read_errors(output).column_names
+    with pytest.raises(ValueError, match="which must be 'embeddings' or 'errors', got 'error'"):
+        read_table(output, "error")
 
 
 def test_a_run_without_parts_reads_as_empty_tables_where_their_directories_are_missing_too(tmp_path):

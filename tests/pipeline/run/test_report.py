@@ -1,8 +1,16 @@
+import json
 import math
+import shutil
 
+from pipeline import Embedder, JobConfig
+from pipeline.encode import model_dir
 from pipeline.encode.batching import EncodeStats
+from pipeline.extract.sandbox import ExtractConfig
 from pipeline.run.report import ProgressLine, RunReport, startup
 from pipeline.run.stage_clock import EncoderTotals, StageTable, StageTotals
+from pipeline.text.chunking import ChunkingConfig
+
+from support import FAMILY_FIXTURES
 
 
 def test_progress_line_is_periodic_and_estimates_the_rest():
@@ -107,3 +115,19 @@ def test_the_summary_counts_documents_beside_inputs_where_shards_make_them_diffe
     files.add_summaries([group])
     files.finish(1.0, {}, StageTable())
     assert files.summary().startswith("docembed: 9 inputs (0 skipped): 8 embedded, 1 failed;")
+
+
+def test_a_local_model_given_relative_is_recorded_absolute_and_searchable_from_elsewhere(tmp_path, monkeypatch):
+    """Recorded as typed, `in/model` was a hub id to search and the notebook started in another directory."""
+    shutil.copytree(FAMILY_FIXTURES / "distilbert-dense", tmp_path / "in" / "model")
+    monkeypatch.chdir(tmp_path)
+    spec = model_dir.resolve("in/model")
+    assert spec.source == "in/model"  # what the stages load, each node relative to its working directory
+    cfg = JobConfig(inputs=("docs",), output="out", model=spec.source)
+    report = RunReport.start(cfg, spec, ChunkingConfig(64, 8), ExtractConfig())
+    assert report.config["model"] == report.config["model_path"] == str(tmp_path / "in" / "model")
+    monkeypatch.chdir(tmp_path.parent)
+    recorded = {"config": report.config, "model": {"id": spec.model_id, "fingerprint": spec.fingerprint}}
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "_SUCCESS").write_text(json.dumps(recorded))
+    assert Embedder.for_output(str(tmp_path / "out")).fingerprint == spec.fingerprint  # the report read there
