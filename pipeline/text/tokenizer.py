@@ -155,9 +155,36 @@ class Tokenizer:
         return np.concatenate(ids), np.concatenate(offsets)
 
     def encode_truncated(self, texts: list[str], max_tokens: int) -> list[list[int]]:
-        """Ids with special tokens, cut to `max_tokens`: what sentence-transformers feeds its model."""
+        """Ids with special tokens, cut to `max_tokens`: what sentence-transformers feeds its model.
+
+        A long text is tokenised only as far as the kept tokens reach (10 MB whole took 8 s and 1.6 GB for 254
+        tokens): a prefix that ends before a space after a word has the whole text's tokens (`_PIECE_ENDS`), and
+        one that holds too few grows fourfold; a text with no such place is tokenised whole.
+        """
         keep = max_tokens - self.n_special
-        return [self.prefix_ids + enc.ids[:keep] + self.suffix_ids for enc in self.encode_content(texts)]
+        kept: list[list[int]] = [[] for _ in texts]
+        todo, chars = list(range(len(texts))), max(16 * keep, 1024)
+        while todo:
+            prefixes = [_prefix(texts[i], chars) for i in todo]
+            short = []
+            for i, prefix, enc in zip(todo, prefixes, self.encode_content(prefixes)):
+                if len(enc.ids) >= keep or len(prefix) == len(texts[i]):
+                    kept[i] = enc.ids[:keep]
+                else:
+                    short.append(i)
+            todo, chars = short, chars * 4
+        return [self.prefix_ids + ids + self.suffix_ids for ids in kept]
+
+
+def _prefix(text: str, chars: int) -> str:
+    """`text` up to its last place before a space after a word within its first `chars` characters, or all of
+    it where it is that short or has no such place."""
+    if len(text) <= chars:
+        return text
+    end = text.rfind(" ", 1, chars)
+    while end > 0 and text[end - 1].isspace():
+        end = text.rfind(" ", 1, end)
+    return text if end <= 0 else text[:end]
 
 
 def _piece_end(text: str, start: int, piece_chars: int) -> int:
