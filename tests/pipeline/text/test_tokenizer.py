@@ -60,13 +60,18 @@ def test_offsets_after_a_prompts_white_space_point_into_the_text_itself(tmp_path
         assert "".join(spans).lower() == "".join(text.split()).lower(), (kind, text)
 
 
+def mixed_text(runs: int) -> str:
+    """Words, runs of spaces, blank lines, Chinese without spaces, tabs and CRLF, each run numbered."""
+    kinds = ["hello world", "  two  spaces", "\n\nA paragraph.", "水在循环。云变成雨！", "x" * 15, "\ttab\r\n"]
+    return " ".join(kinds[i % len(kinds)] + f" {i}" for i in range(runs))
+
+
 @pytest.mark.parametrize("kind", TOKENIZERS)
 @pytest.mark.parametrize("prompt", ["", "search_document: "])
 def test_a_long_text_truncated_has_the_first_tokens_of_the_whole_from_a_prefix(tmp_path, kind, prompt):
     """Only a prefix is tokenised: 10 MB whole took 8 s and 1.6 GB to keep 254 tokens."""
     tokenizer = Tokenizer(TOKENIZERS[kind](tmp_path), prompt=prompt)
-    runs = ["hello world", "  two  spaces", "\n\nA paragraph.", "水在循环。云变成雨！", "x" * 15, "\ttab\r\n"]
-    text = " ".join(runs[i % len(runs)] + f" {i}" for i in range(3000))
+    text = mixed_text(3000)
     # Spaces first (a prefix of them holds too few tokens, and grows), a run without a space (tokenised whole).
     texts = [text, " " * 5000 + text, "y" * 20_000, "short", ""]
     whole = [tokenizer.prefix_ids + c.ids[:120] + tokenizer.suffix_ids for c in tokenizer.encode_content(texts)]
@@ -82,8 +87,7 @@ def test_a_long_text_truncated_has_the_first_tokens_of_the_whole_from_a_prefix(t
 def test_a_long_document_tokenised_in_pieces_has_the_tokens_of_the_whole(tmp_path, kind, prompt):
     tokenizer = Tokenizer(TOKENIZERS[kind](tmp_path), prompt=prompt)
     # Pieces end before a space: every word here is shorter than the last quarter of a piece, where one may end.
-    runs = ["hello world", "  two  spaces", "\n\nA paragraph.", "水在循环。云变成雨！", "x" * 15, "\ttab\r\n"]
-    text = " ".join(runs[i % len(runs)] + f" {i}" for i in range(300))
+    text = mixed_text(300)
     (whole,) = tokenizer.encode_content([text])
     ids, offsets = tokenizer.encode_document(text, piece_chars=64)
     assert ids.tolist() == whole.ids and offsets.tolist() == [list(o) for o in whole.offsets]
