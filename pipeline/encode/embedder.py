@@ -71,6 +71,10 @@ class Embedder:
         """
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of strings, not a single string")
+        if texts is None or isinstance(texts, (bytes, dict)):  # a dict would embed its keys
+            raise TypeError(f"embed() takes a list of strings, not {type(texts).__name__}")
+        if prompt is not None and not isinstance(prompt, str):
+            raise TypeError(f"embed()'s prompt is a name or text, a string, not {type(prompt).__name__}")
         texts = list(texts)
         odd = next((t for t in texts if not isinstance(t, str)), "")
         if not isinstance(odd, str):

@@ -119,6 +119,11 @@ def test_empty_list_and_single_string(embedder):
         embedder.embed("not a list")
     with pytest.raises(TypeError, match="embed\\(\\) takes strings, not NoneType"):
         embedder.embed(["a", None])
+    for texts in (None, {"a": 1}, b"bytes"):
+        with pytest.raises(TypeError, match="^embed\\(\\) takes a list of strings, not "):
+            embedder.embed(texts)
+    with pytest.raises(TypeError, match="prompt is a name or text, a string, not int"):
+        embedder.embed(["a"], prompt=3)
 
 
 @pytest.mark.parametrize("impl", [i for i in available_impls() if i != "reference"])
