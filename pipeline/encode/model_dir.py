@@ -150,7 +150,7 @@ class ModelSpec:
         A name among the model's prompts gives that prompt's text; any other
         string is the text itself. None gives the model's default prompt (if
         it names one, as sentence-transformers applies it), '' no prompt. A
-        word the model does not name (no white space, no colon) is refused, as
+        word the model does not name (`_PROMPT_NAME`) is refused, as
         sentence-transformers refuses an unknown prompt_name: taken as text it
         would put a misspelt or another model's name before every chunk.
         """
@@ -160,8 +160,8 @@ class ModelSpec:
         if prompt not in prompts and _PROMPT_NAME.fullmatch(prompt):
             named = ", ".join(sorted(prompts)) or "none"
             raise ConfigError(
-                f"model {self.model_id} has no prompt named {prompt!r} (its prompts: {named}); for text put before "
-                f"every chunk as it is, give it with its white space or colon, e.g. {prompt + ': '!r}"
+                f"model {self.model_id} has no prompt named {prompt!r} (its prompts: {named}); to put the word "
+                f"itself before every text, end it with a space: {prompt + ' '!r}"
             )
         text = prompts.get(prompt, prompt)
         if text and not self.include_prompt:
@@ -180,9 +180,10 @@ class ModelSpec:
         return text
 
 
-# What `--prompt` takes for a prompt's name: a word (names in the wild: query, search_document,
-# Retrieval-query, retrieval.passage); text comes with white space or a colon, "query: ".
-_PROMPT_NAME = re.compile(r"[^\s:]+")
+# What `--prompt` takes for a prompt's name: a word of ASCII letters, digits and _ . - (names in the wild:
+# query, search_document, Retrieval-query, retrieval.passage). Anything else is text: "query: ", "query:",
+# BGE's Chinese instruction, which ends in a full-width colon.
+_PROMPT_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _warned_prompts: set[str] = set()  # once per process: the Embedder asks at every call
 
 

@@ -24,10 +24,8 @@ between the two tokens (their gap, and the characters on either side):
 - NONE: inside a word (between "photo" and "##synthesis"), or inside one
   character that a byte-level tokenizer split.
 
-Tokens of white space alone (byte-level BPE's 'Ġ' and 'Ċ', SentencePiece's
-'▁') would have a cut on either side, and a chunk could hold nothing else: the
-cuts around a run of them are one, after the run (before it at the document's
-start), at the strongest level among them.
+`blank_tokens` says which tokens are white space alone (byte-level BPE's 'Ġ'
+and 'Ċ', a SentencePiece '▁' of its own), where no chunk starts.
 
 A small set of regular expressions and code point ranges rather than a Unicode
 segmentation library: the regexes run once over the text, in C, and every cut's
@@ -116,7 +114,7 @@ def cut_levels(text: str, offsets) -> np.ndarray:
     spaceless = np.append(_spaceless(codepoints), False)  # index len(text): past the end
     extends, stacks = _in_bmp_table(_EXTENDS, codepoints), _in_bmp_table(_STACKS, codepoints)
     space = _in_bmp_table(_SPACE, codepoints)
-    spaces_before = np.concatenate(([0], np.cumsum(space[:-1])))  # [len(text) + 1]: white space in text[:i]
+    spaces_before = _spaces_before(space)
     last = np.maximum(before - 1, 0)  # the last character of the token before each cut
     word = (after >= before) & ((spaces_before[after] > spaces_before[before]) | space[last] | space[after])
     touching = (after == before) & ~extends[after] & ~stacks[last]
@@ -133,21 +131,17 @@ def cut_levels(text: str, offsets) -> np.ndarray:
         holds = (first < len(positions)) & (positions[np.minimum(first, len(positions) - 1)] <= after)
         inner = np.where(holds & (after >= before), level, inner)
     levels[1:-1] = inner
-    blank = spaces_before[spans[:, 1]] - spaces_before[spans[:, 0]] == spans[:, 1] - spans[:, 0]
-    return _one_cut_around_blanks(levels, blank) if blank.any() else levels
+    return levels
 
 
-def _one_cut_around_blanks(levels: np.ndarray, blank: np.ndarray) -> np.ndarray:
-    """`levels` [n + 1] with the cuts around each run of `blank` tokens ([n] bool) made one: the run's last
-    (its first at the document's start) at the strongest level among them, the others NONE."""
-    edges = np.diff(np.concatenate(([0], blank.astype(np.int8), [0])))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # a run's cuts: starts[k]..ends[k]
-    # reduceat over [starts[k], ends[k] + 1), with an element past the end for a run that ends the document.
-    strongest = np.maximum.reduceat(np.append(levels, NONE), np.column_stack((starts, ends + 1)).ravel())[::2]
-    runs = np.zeros(len(levels) + 1, dtype=np.int64)
-    np.add.at(runs, starts, 1)  # one token apart, a run's end and the next's start are one cut
-    np.add.at(runs, ends + 1, -1)
-    merged = np.where(np.cumsum(runs)[:-1] > 0, NONE, levels).astype(np.int8)
-    merged[np.where(starts == 0, 0, ends)] = strongest
-    merged[0] = merged[-1] = PARAGRAPH
-    return merged
+def blank_tokens(text: str, offsets) -> np.ndarray:
+    """[n] bool: the tokens of `offsets` ([n, 2] character spans) whose characters are all white space."""
+    spans = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    codepoints = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    spaces_before = _spaces_before(_in_bmp_table(_SPACE, codepoints))
+    return spaces_before[spans[:, 1]] - spaces_before[spans[:, 0]] == spans[:, 1] - spans[:, 0]
+
+
+def _spaces_before(space: np.ndarray) -> np.ndarray:
+    """[len(text) + 1]: how many of text[:i] are white space, from `space` [len(text) + 1] (`_in_bmp_table`)."""
+    return np.concatenate(([0], np.cumsum(space[:-1])))

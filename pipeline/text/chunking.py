@@ -13,7 +13,8 @@ or re-tokenised; `mode` picks where the windows end:
   enough to fit a window with its overlap (`max_tokens - special - overlap`
   tokens) is never split: the window ends before it instead. Neighbours share
   up to `overlap` tokens, whole sentences, or else whole words, and fewer where
-  the word after a window needs the room in the next one.
+  the word after a window needs the room in the next one. A window starts on
+  text, never on a token of white space alone.
 - "window": windows of exactly `max_tokens` step through the tokens, sharing
   `overlap` tokens; edges fall anywhere, inside words too.
 
@@ -29,7 +30,7 @@ import dataclasses
 import numpy as np
 
 from pipeline.errors import ConfigError
-from pipeline.text.boundaries import CHARACTER, PARAGRAPH, SENTENCE, WORD, cut_levels
+from pipeline.text.boundaries import CHARACTER, PARAGRAPH, SENTENCE, WORD, blank_tokens, cut_levels
 from pipeline.text.tokenizer import Tokenizer
 
 # Pages of a PDF are joined with this, so no token straddles a page break.
@@ -106,7 +107,7 @@ def chunk_document(
     elif cfg.mode == "window":
         spans = window_spans(n, content, cfg.overlap)
     else:
-        spans = boundary_spans(cut_levels(text, offsets), content, cfg.overlap)
+        spans = boundary_spans(cut_levels(text, offsets), blank_tokens(text, offsets), content, cfg.overlap)
 
     def page_of(char: int) -> int | None:
         return None if page_starts is None else bisect.bisect_right(page_starts, char)
@@ -157,16 +158,22 @@ def window_spans(n: int, content: int, overlap: int) -> list[tuple[int, int]]:
     return [(start, min(start + content, n)) for start in range(0, n - overlap, content - overlap)]
 
 
-def boundary_spans(levels: np.ndarray, content: int, overlap: int) -> list[tuple[int, int]]:
+def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap: int) -> list[tuple[int, int]]:
     """Token spans [start, end) of at most `content` tokens, ending and starting at strong cuts.
 
-    `levels`: [n + 1], each cut's level (`cut_levels`), n > `content`. Every
-    span ends past the previous one's end, so each adds tokens: the spans
-    cover every token, and a run without any boundary still advances a window
-    at a time.
+    `levels`: [n + 1], each cut's level (`cut_levels`), n > `content`; `blank`:
+    [n], the tokens of white space alone (`blank_tokens`). Every span ends past
+    the previous one's end, so each adds tokens: the spans cover every token
+    but white space between two of them, and a run without any boundary still
+    advances a window at a time. A span holds text: it never starts on white
+    space after the first (a byte-level 'Ġ' before a word longer than the
+    window was a chunk of its own), nor ends before text the span before it lacks.
     """
     n = len(levels) - 1
     cuts = [np.flatnonzero(levels >= level) for level in range(PARAGRAPH + 1)]  # cuts of at least each level
+    text_tokens = np.flatnonzero(~blank)
+    if not text_tokens.size:  # white space alone: nothing to cut at
+        return window_spans(n, content, overlap)
 
     def last(level: int, lo: int, hi: int) -> int | None:
         """The latest cut of at least `level` in (lo, hi]."""
@@ -178,10 +185,17 @@ def boundary_spans(levels: np.ndarray, content: int, overlap: int) -> list[tuple
         i = int(np.searchsorted(cuts[level], lo, side="left"))
         return int(cuts[level][i]) if i < len(cuts[level]) and cuts[level][i] <= hi else None
 
+    def text_from(token: int) -> int:
+        """The first token of text at or after `token`; n where only white space follows."""
+        i = int(np.searchsorted(text_tokens, token))
+        return int(text_tokens[i]) if i < len(text_tokens) else n
+
     def end_of(start: int, after: int) -> int:
+        """Where the span from `start` ends, past the first token of text after `after` (the previous end)."""
         limit = start + content
         if limit >= n:
             return n
+        after = text_from(after)
         near = limit - content // 4
         paragraph = last(PARAGRAPH, after, limit)
         if paragraph is not None and paragraph >= near:
@@ -198,19 +212,26 @@ def boundary_spans(levels: np.ndarray, content: int, overlap: int) -> list[tuple
         anywhere = last(CHARACTER, after, limit)
         return limit if anywhere is None else anywhere
 
+    def reach(end: int) -> int:
+        """Where a window that goes on from `end` must reach: past the first word of text after it where a window
+        holds that word (so it is not cut), else past that word's first token."""
+        word = text_from(end)
+        word_end = first(CHARACTER, word + 1, n)
+        return word_end if word_end - word <= content else word + 1
+
     def next_start(start: int, end: int) -> int:
-        # The overlap gives way to the word after `end` where a window holds that word: the next window reaches
-        # past it, so it is not cut.
-        word = first(CHARACTER, end + 1, n)
-        lo = max(end - overlap, start + 1, word - content if word - end <= content else 0)
+        # The overlap gives way to what the window must reach.
+        lo = max(end - overlap, start + 1, reach(end) - content)
         for level in (SENTENCE, WORD, CHARACTER):
             cut = first(level, lo, end - 1)
             if cut is not None:
-                return cut
-        return end
+                return text_from(cut)
+        return text_from(end)
 
-    spans = [(0, end_of(0, 0))]
-    while spans[-1][1] < n:
+    # The first span starts at the document's start, unless the white space there leaves it no room.
+    start = 0 if reach(0) <= content else text_from(0)
+    spans = [(start, end_of(start, start))]
+    while text_from(spans[-1][1]) < n:
         start, end = spans[-1]
         following = next_start(start, end)
         spans.append((following, end_of(following, end)))

@@ -70,9 +70,12 @@ def test_a_word_the_model_names_no_prompt_is_refused_and_text_is_text(model):
     colon. The default model names no prompt: another model's name would have been put before every chunk."""
     spec = model_dir.resolve(model)
     for word in ("search_qurey", "search_document" if model is None else "Retrieval-query"):
-        with pytest.raises(ConfigError, match=f"has no prompt named '{word}' .*e.g. '{word}: '"):
+        with pytest.raises(ConfigError, match=f"has no prompt named '{word}' .*end it with a space: '{word} '$"):
             spec.prompt_text(word)
     assert spec.prompt_text("query: ") == "query: " and spec.prompt_text("passage:") == "passage:"
+    # Text that is no ASCII word: BGE's Chinese query instruction ends in a full-width colon.
+    for text in ("为这个句子生成表示以用于检索相关文章：", "query：", "<query>"):
+        assert spec.prompt_text(text) == text
 
 
 def test_a_model_that_pools_without_the_prompt_is_refused_with_a_prompt(tmp_path):

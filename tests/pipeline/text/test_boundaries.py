@@ -7,7 +7,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from pipeline.encode.model_location import default_model_dir
-from pipeline.text.boundaries import CHARACTER, NONE, PARAGRAPH, SENTENCE, WORD, cut_levels
+from pipeline.text.boundaries import CHARACTER, NONE, PARAGRAPH, SENTENCE, WORD, blank_tokens, cut_levels
 from pipeline.text.tokenizer import Tokenizer
 
 XLMR = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "xlm-roberta-sharded" / "tokenizer.json"
@@ -78,14 +78,11 @@ def test_no_cut_parts_a_thai_lao_or_khmer_grapheme(text):
     assert cut_levels("กก", [(0, 1), (1, 2)]).tolist() == [PARAGRAPH, CHARACTER, PARAGRAPH]
 
 
-def test_the_cuts_around_tokens_of_white_space_alone_are_one():
-    # As a byte-level tokenizer gives them: 'end' '.' 'ĠĠ' 'ĊĊ' '+++' 'Ġgo'. The sentence's and the paragraph's
-    # cuts before the white space and the word's after it are one cut, after it, at the paragraph's level.
+def test_tokens_of_white_space_alone_are_blank():
+    # As a byte-level tokenizer gives them: 'end' '.' 'ĠĠ' 'ĊĊ' '+++' 'Ġgo'; an empty span (a prompt's white space).
     text = "end.  \n\n+++ go"
-    offsets = [(0, 3), (3, 4), (4, 6), (6, 8), (8, 11), (11, 14)]
-    assert cut_levels(text, offsets).tolist() == [PARAGRAPH, NONE, NONE, NONE, PARAGRAPH, WORD, PARAGRAPH]
-    # At the document's ends, the document's own cuts are the ones kept.
-    assert cut_levels(" \nword \n", [(0, 2), (2, 6), (6, 8)]).tolist() == [PARAGRAPH, NONE, NONE, PARAGRAPH]
+    offsets = [(0, 3), (3, 4), (4, 6), (6, 8), (8, 11), (11, 14), (0, 0)]
+    assert blank_tokens(text, offsets).tolist() == [False, False, True, True, False, False, True]
 
 
 @pytest.mark.parametrize("run", [".", "!?", "।"])
@@ -125,7 +122,7 @@ def test_tokens_that_carry_the_space_before_their_word_still_cut_between_words(t
     assert any(text[a].isspace() for a, _ in offsets)
     levels = cut_levels(text, offsets)
     cuts = [0] + [offsets[i][0] for i in range(1, len(offsets)) if levels[i] >= WORD] + [len(text)]
-    # A token of the space alone ('▁' before 'jumps') goes with its word: one cut, after it.
+    # A token of the space alone ('▁' before 'jumps') has a word cut on either side.
     assert [text[a:b].strip() for a, b in zip(cuts, cuts[1:]) if text[a:b].strip()] == text.split()
 
 

@@ -1,6 +1,7 @@
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import unicodedata
@@ -17,7 +18,7 @@ from pipeline.encode.model_location import default_model_dir
 from pipeline.errors import ConfigError
 from pipeline.run.stages import ChunkBlock
 from pipeline.schemas import DOC_SCHEMA
-from pipeline.text.boundaries import CHARACTER, NONE, SENTENCE, WORD, cut_levels
+from pipeline.text.boundaries import CHARACTER, NONE, SENTENCE, WORD, blank_tokens, cut_levels
 from pipeline.text.chunking import PAGE_SEPARATOR, ChunkingConfig, chunk_document, join_pages
 from pipeline.text.tokenizer import Tokenizer
 
@@ -120,14 +121,18 @@ def checked_spans(text, enc, chunks, tokenizer, cfg):
     """The chunks' token spans [start, end), after checking what every chunking must hold:
     windows fit, token ids are the document's own, spans are exact and tile the document."""
     spans = [token_span(text, enc, c, tokenizer) for c in chunks]
-    assert spans[0][0] == 0 and spans[-1][1] == len(enc.ids)
+    blank = blank_tokens(text, enc.offsets)
+    assert not blank[: spans[0][0]].size or blank[: spans[0][0]].all()  # only white space before the first
+    assert blank[spans[-1][1] :].all()
     for c in chunks:
         assert len(c.token_ids) <= cfg.max_tokens
         assert c.text == text[c.char_start : c.char_end]
         assert c.text == c.text.strip() or len(chunks) == 1
         assert c.text.strip()  # no chunk of white space alone
     for (s0, e0), (s1, e1), c0, c1 in zip(spans, spans[1:], chunks, chunks[1:]):
-        assert s0 < s1 <= e0 < e1 and e0 - s1 <= cfg.overlap  # each adds tokens; the overlap is within budget
+        assert s0 < s1 and e0 < e1 and e0 - s1 <= cfg.overlap  # each adds tokens; the overlap is within budget
+        assert blank[e0:s1].all()  # between neighbours that share nothing, white space alone
+        assert not blank[s1]  # a chunk starts on text
         assert text[c0.char_end : c1.char_start].strip() == ""  # nothing but white space between them
     return spans
 
@@ -165,11 +170,13 @@ def test_overlap_is_whole_sentences_else_words(tokenizer, family):
     cfg = ChunkingConfig(max_tokens=64, overlap=24)
     text = english()
     chunks, spans, levels = boundary_chunks(text, tokenizer, cfg)
+    blank = blank_tokens(text, tokenizer.encode_content([text])[0].offsets)
     for (_, e0), (s1, _) in zip(spans, spans[1:]):
         budget = range(e0 - cfg.overlap, e0)
-        whole_sentence = any(levels[i] >= SENTENCE for i in budget)
-        assert levels[s1] >= (SENTENCE if whole_sentence else WORD)
-        assert s1 == min((i for i in budget if levels[i] >= levels[s1]), default=e0)
+        level = SENTENCE if any(levels[i] >= SENTENCE for i in budget) else WORD
+        cut = min((i for i in budget if levels[i] >= level), default=e0)
+        # The chunk starts there, or at the word after a '▁' of its own there: never on white space.
+        assert s1 == cut + int(np.argmin(blank[cut:]))
 
 
 def test_a_chunk_ends_inside_a_word_only_when_its_new_text_holds_no_other_boundary(tokenizer):
@@ -198,14 +205,30 @@ def test_a_chunk_ends_inside_a_word_only_when_the_word_is_longer_than_a_window(t
         assert levels[e] >= CHARACTER or cuts[i] - cuts[i - 1] > max_tokens - tokenizer.n_special
 
 
-@pytest.mark.parametrize("blank", [" ", "\n", "\n\n"])
-def test_no_chunk_is_white_space_alone_before_a_word_longer_than_the_window(blank):
-    # Qwen2's byte-level tokens: the sentence's end, then 'Ġ' or 'Ċ' alone, then a word longer than the window.
-    # Cuts on either side of the blank token made a chunk of it.
+# Qwen2's byte-level tokens, with white space as tokens of its own ('Ġ', 'ĠĠ', 'ĊĊ'), at 64 tokens.
+WHITE_SPACE_CASES = {
+    # The sentence's end, then 'Ġ' alone, then a word longer than the window: the cut on either side made a
+    # chunk of ' '.
+    "a space before a word longer than the window": ("go " * 23 + "end. " + "+" * 400 + " end.", 0),
+    # A word cut where it must be, just before 'ĊĊ', then a sentence the next window keeps whole.
+    "a forced cut before a blank line": ("+" * 126 + "\n\n" + "one " * 53 + "end.\n\n" + "Short one. " * 10, 0),
+    # More white space than a window: chunks of spaces alone.
+    "white space longer than the window": ("Some words here. " + " " * 3000 + "And after the gap.", 0),
+    # A word a window holds, then white space: the overlap before it pushed its end out of the next window.
+    "a word that fits, then white space": ("go " * 40 + "+" * 60 + "   \n\n\n   here go go.", 16),
+}
+
+
+@pytest.mark.parametrize("text, overlap", WHITE_SPACE_CASES.values(), ids=WHITE_SPACE_CASES)
+def test_white_space_is_never_a_chunk_alone_and_never_costs_a_word_or_a_sentence(text, overlap):
     tokenizer = model_dir.tokenizer(FAMILIES / "qwen2-embedding")
-    text = "go " * 23 + "end." + blank + "+" * 400 + " end."
-    chunks, _, _ = boundary_chunks(text, tokenizer, ChunkingConfig(max_tokens=64, overlap=0))
-    assert chunks[0].text.endswith("end.") and chunks[1].text.startswith("+")
+    cfg = ChunkingConfig(max_tokens=64, overlap=overlap)
+    chunks, enc = chunks_of(text, tokenizer, cfg)
+    assert blank_tokens(text, enc.offsets).any()  # the case is there: white space as tokens of its own
+    boundary_chunks(text, tokenizer, cfg)  # every chunk holds text, and ends on a sentence where one fits
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    for c in chunks:  # no word of 63 tokens or fewer is cut: all words here but the 126- and 400-character runs
+        assert not any(a < c.char_start < b or a < c.char_end < b for a, b in words if b - a <= 63), c.text
 
 
 @pytest.mark.parametrize("path", [None, XLMR], ids=["minilm-base64", "xlm-roberta-letters"])
