@@ -66,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "command", choices=COMMANDS, metavar="COMMAND", help="one of the commands below; COMMAND --help: its options"
     )
-    # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     later = next((word for word in argv[1:] if word in COMMANDS), None)
     if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version") and later:
         return error_line(f"options go after the command: docembed {later} {argv[0]} ... (see docembed --help)")
+    # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     command = parser.parse_args(argv[:1]).command
     # A stop while the command starts (its imports, Ray's) is one line too, as one during the run is.
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored from the start, it stays so (`interruptible`)

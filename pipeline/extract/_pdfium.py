@@ -64,9 +64,10 @@ def _text_within(raw: pdfium_c.FPDF_TEXTPAGE, box: tuple[float, float, float, fl
     if chars <= 0:
         return ""
     buffer = (ctypes.c_ushort * (2 * chars + 1))()
-    units = pdfium_c.FPDFText_GetBoundedText(raw, left, top, right, bottom, buffer, len(buffer))  # its NUL included
+    units = pdfium_c.FPDFText_GetBoundedText(raw, left, top, right, bottom, buffer, len(buffer))
+    # Its count holds the NUL it writes last; the text holds none (PDFium leaves a character of Unicode 0 out).
     # A lone surrogate (a ToUnicode map's half pair) stands for no character, as pypdfium2 reads it too.
-    return bytes(buffer)[: 2 * max(units - 1, 0)].decode("utf-16-le", errors="ignore")
+    return bytes(buffer)[: 2 * max(units, 0)].decode("utf-16-le", errors="ignore").removesuffix("\0")
 
 
 # The control characters PDFium's text page leaves in a page's text (core/fpdftext/cpdf_textpage.cpp), and a lone
