@@ -164,10 +164,11 @@ def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap:
     `levels`: [n + 1], each cut's level (`cut_levels`), n > `content`; `blank`:
     [n], the tokens of white space alone (`blank_tokens`). Every span ends past
     the previous one's end, so each adds tokens: the spans cover every token
-    but white space between two of them, and a run without any boundary still
-    advances a window at a time. A span holds text: it never starts on white
-    space after the first (a byte-level 'Ġ' before a word longer than the
-    window was a chunk of its own), nor ends before text the span before it lacks.
+    but white space between two of them and at the ends, and a run without any
+    boundary still advances a window at a time. A span holds text: it never
+    starts on white space (a byte-level 'Ġ' before a word longer than the
+    window was a chunk of its own), nor ends before text the span before it
+    lacks.
     """
     n = len(levels) - 1
     cuts = [np.flatnonzero(levels >= level) for level in range(PARAGRAPH + 1)]  # cuts of at least each level
@@ -190,6 +191,11 @@ def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap:
         i = int(np.searchsorted(text_tokens, token))
         return int(text_tokens[i]) if i < len(text_tokens) else n
 
+    def next_sentence_end(cut: int) -> int:
+        """The end of the first sentence of text after the cut `cut` (past white space alone between)."""
+        word = text_from(cut)
+        return n if word >= n else first(SENTENCE, word + 1, n)
+
     def end_of(start: int, after: int) -> int:
         """Where the span from `start` ends, past the first token of text after `after` (the previous end)."""
         limit = start + content
@@ -203,7 +209,7 @@ def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap:
         sentence = last(SENTENCE, after, limit)
         # Ending early keeps the next sentence whole, when a window with its overlap can hold it.
         if sentence is not None and (
-            sentence >= near or first(SENTENCE, sentence + 1, n) - sentence <= content - overlap
+            sentence >= near or next_sentence_end(sentence) - text_from(sentence) <= content - overlap
         ):
             return sentence
         word = last(WORD, after, limit)
@@ -217,7 +223,14 @@ def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap:
         holds that word (so it is not cut), else past that word's first token."""
         word = text_from(end)
         word_end = first(CHARACTER, word + 1, n)
-        return word_end if word_end - word <= content else word + 1
+        must = word_end if word_end - word <= content else word + 1
+        # Where the text after `end` begins a sentence (only white space between), a window with its overlap holds
+        # that sentence whole when it fits: the overlap gives way to it, as end_of promised (next_sentence_end).
+        if word < n and first(SENTENCE, end, word) is not None:
+            sentence_end = first(SENTENCE, word + 1, n)
+            if sentence_end - word <= content - overlap:
+                must = max(must, sentence_end)
+        return must
 
     def next_start(start: int, end: int) -> int:
         # The overlap gives way to what the window must reach.
@@ -228,8 +241,8 @@ def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap:
                 return text_from(cut)
         return text_from(end)
 
-    # The first span starts at the document's start, unless the white space there leaves it no room.
-    start = 0 if reach(0) <= content else text_from(0)
+    # The first span starts on the document's first token of text, as every other does.
+    start = text_from(0)
     spans = [(start, end_of(start, start))]
     while text_from(spans[-1][1]) < n:
         start, end = spans[-1]

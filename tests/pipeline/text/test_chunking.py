@@ -163,6 +163,25 @@ def test_chunks_end_on_sentences_and_keep_every_sentence_that_fits_whole(tokeniz
             assert any(s <= a and b <= e for s, e in spans), f"sentence of tokens [{a}, {b}) split"
 
 
+@pytest.mark.parametrize("family", ["gemma3-embedding", "qwen2-embedding"])
+@pytest.mark.parametrize("max_tokens, overlap", [(64, 16), (40, 30)])
+def test_a_sentence_that_fits_is_whole_where_white_space_is_tokens_of_its_own(family, max_tokens, overlap):
+    # Gemma's '▁' and Qwen2's 'Ġ', 'ĊĊ' alone between sentences: the next sentence was measured with them, or not
+    # given the overlap's room, and split ("Nearly all of the oxygen ..." at 64/16).
+    tokenizer = model_dir.tokenizer(FAMILIES / family)
+    cfg = ChunkingConfig(max_tokens=max_tokens, overlap=overlap)
+    for text in [english()] + [p.read_text() for p in sorted(SAMPLES.iterdir())]:
+        chunks, enc = chunks_of(text, tokenizer, cfg)
+        spans = checked_spans(text, enc, chunks, tokenizer, cfg)
+        levels, blank = cut_levels(text, enc.offsets), blank_tokens(text, enc.offsets)
+        assert blank.any()
+        sentences = np.flatnonzero(levels >= SENTENCE)
+        for a, b in zip(sentences, sentences[1:]):
+            begins = a + int(np.argmin(blank[a:b]))  # its first token of text
+            if not blank[begins] and b - begins <= max_tokens - tokenizer.n_special - overlap:
+                assert any(s <= begins and b <= e for s, e in spans), f"sentence of tokens [{begins}, {b}) split"
+
+
 @pytest.mark.parametrize("family", ["wordpiece", "sentencepiece"])
 def test_overlap_is_whole_sentences_else_words(tokenizer, family):
     # SentencePiece's tokens carry the space before their word ('▁word'): words are cut all the same.

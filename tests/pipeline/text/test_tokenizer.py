@@ -72,7 +72,7 @@ def test_a_long_text_truncated_has_the_first_tokens_of_the_whole_from_a_prefix(t
     """Only a prefix is tokenised: 10 MB whole took 8 s and 1.6 GB to keep 254 tokens."""
     tokenizer = Tokenizer(TOKENIZERS[kind](tmp_path), prompt=prompt)
     text = mixed_text(3000)
-    # Spaces first (a prefix of them holds too few tokens, and grows), a run without a space (tokenised whole).
+    # Spaces first and a run without a space: no place to end a prefix within its first characters, whole.
     texts = [text, " " * 5000 + text, "y" * 20_000, "short", ""]
     whole = [tokenizer.prefix_ids + c.ids[:120] + tokenizer.suffix_ids for c in tokenizer.encode_content(texts)]
     assert tokenizer.encode_truncated(texts, 120 + tokenizer.n_special) == whole
