@@ -59,7 +59,7 @@ def read_errors(output: str) -> pa.Table:
 
 def embedding_matrix(table: pa.Table) -> np.ndarray:
     """The `embedding` column as a float32 array [n, dim] ([0, 0] for a run that embedded nothing: no part says its
-    dim): a view of a column in one piece, one copy of a column in several (a table read from several parts)."""
+    dim): a view of a column in one piece, one copy of a column in several chunks."""
     pieces = table.column("embedding").chunks
     column = pieces[0] if len(pieces) == 1 else table.column("embedding").combine_chunks()
     dim = getattr(column.type, "list_size", 0)

@@ -50,7 +50,8 @@ def plan(cfg: CapacityConfig) -> str:
         raise InputError("the sample yielded no text to encode: every sampled document is an error row")
     if cfg.encoder_tokens_per_s:
         encoder = EncoderRate(cfg.encoder_tokens_per_s, "given with --encoder-tokens-per-s")
-        moot = [name for name in ENCODER_RATE_OPTIONS if getattr(encoder_cfg, name) != getattr(EncoderConfig(), name)]
+        default = EncoderConfig()
+        moot = [name for name in ENCODER_RATE_OPTIONS if getattr(encoder_cfg, name) != getattr(default, name)]
         if moot:
             flags = ", ".join("--" + name.replace("_", "-") for name in moot)
             log.warning("docembed: %s not used: --encoder-tokens-per-s gives the encoder's rate", flags)

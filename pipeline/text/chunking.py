@@ -227,7 +227,7 @@ def boundary_spans(levels: np.ndarray, blank: np.ndarray, content: int, overlap:
         # Where the text after `end` begins a sentence (only white space between), a window with its overlap holds
         # that sentence whole when it fits: the overlap gives way to it, as end_of promised (next_sentence_end).
         if word < n and first(SENTENCE, end, word) is not None:
-            sentence_end = first(SENTENCE, word + 1, n)
+            sentence_end = next_sentence_end(end)
             if sentence_end - word <= content - overlap:
                 must = max(must, sentence_end)
         return must
