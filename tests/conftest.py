@@ -1,4 +1,4 @@
-"""Shared fixtures: the real corpus, real PDFs made broken on purpose, a local Ray."""
+"""Shared fixtures: the real corpus, real PDFs made broken on purpose, a local Ray the job modules share."""
 
 from __future__ import annotations
 
@@ -68,9 +68,38 @@ def pytest_collection_modifyitems(items):
         if path.startswith(INTEGRATION) or item.originalname in INTEGRATION_TESTS:
             item.add_marker(pytest.mark.integration)
             rank[path] = 0 if path.startswith(LONGEST) else 1
+    on_ray_local = {Path(item.fspath) for item in items if "ray_local" in item.fixturenames}
     # `make test`'s two workers take whole files in this order (a stable sort keeps each file's own), so the
-    # long ones start early and the short ones fill the end.
-    items.sort(key=lambda item: rank[Path(item.fspath).relative_to(REPO).as_posix()])
+    # long ones start early and the short ones fill the end; within a rank the files on `ray_local` come in a
+    # row, so that a worker that takes two of them in turn starts one Ray for both.
+    items.sort(
+        key=lambda item: (rank[Path(item.fspath).relative_to(REPO).as_posix()], Path(item.fspath) not in on_ray_local)
+    )
+
+
+_next_item: list[pytest.Item | None] = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item, nextitem):
+    _next_item[0] = nextitem  # for ray_local's teardown, which runs within this hook
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> str:
+    """A local Ray (2 CPUs, no dashboard) for the module's jobs; yields its GCS address, for drivers of their own.
+
+    Kept for the next module where its first test asks for it too, shut down otherwise: a Ray costs about 10
+    CPU-s to start (its head's processes, and Ray Data's actors at its first job), and an idle one 7% of a core
+    (BENCHMARKS.md, "Where the suite's CPU goes"). So a module that starts a Ray of other settings finds none."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray.get_runtime_context().gcs_address
+    nextitem = _next_item[0]
+    if nextitem is None or "ray_local" not in nextitem.fixturenames:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")

@@ -99,17 +99,6 @@ def test_user_errors_are_one_line(tmp_path, not_a_dir, args, message):
     assert not (tmp_path / "out" / "_SUCCESS").exists()
 
 
-@pytest.fixture(scope="module")
-def ray_address() -> str:
-    """A Ray of this module's own, which the CLI joins through RAY_ADDRESS as it joins a cluster's: for the
-    runs that need only its node list, where a private Ray of their own cost each about 8 s to start."""
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
-
 @pytest.mark.parametrize(
     "args, env, message",
     [
@@ -125,12 +114,12 @@ def ray_address() -> str:
     ],
 )
 def test_an_encoder_the_encoder_hosts_cannot_run_fails_before_anything_is_written(
-    tmp_path, ray_address, args, env, message
+    tmp_path, ray_local, args, env, message
 ):
     """The driver checks the encoder's options against Ray's node list and the model: one line, exit 2, no
     output, no actor started."""
     started = time.time()
-    env = env | {"RAY_ADDRESS": ray_address}
+    env = env | {"RAY_ADDRESS": ray_local}
     result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), *args, env=env)
     assert result.returncode == 2, result.stderr
     lines = (result.stdout + result.stderr).strip().splitlines()
@@ -191,15 +180,16 @@ def test_demo_corpus_end_to_end_prints_docembeds_lines_only_and_pads_little(tmp_
     assert search.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in search.stdout
 
 
-def test_dtype_bfloat16_runs_what_this_cpu_pays_for_and_the_output_says_which(tmp_path):
-    """On a CPU without bfloat16 dot instructions (this machine's AMD EPYC Zen 3) --dtype bfloat16 runs
-    float32, says so in one line, and the output's fingerprint and _SUCCESS say float32."""
+def test_dtype_bfloat16_runs_what_this_cpu_pays_for_and_the_output_says_which(tmp_path, ray_local):
+    """On a CPU without bfloat16 dot instructions (an AMD EPYC Zen 3) --dtype bfloat16 runs float32, says so in
+    one line, and the output's fingerprint and _SUCCESS say float32; on one with them, bfloat16 silently. The
+    job joins the module's Ray (a private Ray's start is the demo's test)."""
     ran = choose_dtype("bfloat16", "cpu")
     docs = tmp_path / "in"
     docs.mkdir()
     shutil.copy(SAMPLES / "text" / "sourdough.txt", docs)
     out = tmp_path / "out"
-    result = run_cli("--input", str(docs), "--output", str(out), "--dtype", "bfloat16")
+    result = run_cli("--input", str(docs), "--output", str(out), "--dtype", "bfloat16", env={"RAY_ADDRESS": ray_local})
     assert result.returncode == 0, result.stderr[-3000:]
     told = [line for line in (result.stdout + result.stderr).splitlines() if "dtype bfloat16 runs as" in line]
     assert told == ([f"docembed: dtype bfloat16 runs as float32: {ran.reason}"] if ran.changed else []), told
@@ -207,15 +197,17 @@ def test_dtype_bfloat16_runs_what_this_cpu_pays_for_and_the_output_says_which(tm
     assert json.loads((out / "_docembed.json").read_text())["dtype"] == ran.dtype
 
 
-def test_a_terminal_gets_one_live_progress_line(tmp_path):
+def test_a_terminal_gets_one_live_progress_line(tmp_path, ray_local):
     """On a pty, stdout and stderr both, as in a person's shell: docembed's line redrawn in place (Ray's bars
-    off), then the summary, and no ray-project/ray#53727 line (stderr stays a terminal through the filter)."""
+    off), then the summary, and no ray-project/ray#53727 line (stderr stays a terminal through the filter). The
+    job joins the module's Ray, as on a cluster."""
     controller, terminal = pty.openpty()
     with subprocess.Popen(
         EMBED + ["--input", str(SAMPLES / "text"), "--output", str(tmp_path / "out")],
         stdout=terminal,
         stderr=terminal,
         cwd=REPO,
+        env=os.environ | {"RAY_ADDRESS": ray_local},
     ) as job:
         os.close(terminal)
         shown = terminal_output(controller)

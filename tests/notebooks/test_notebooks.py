@@ -14,11 +14,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import ray
 
-from support import REPO, SAMPLES, execute_notebook, notebook_outputs_text
 from pipeline import JobConfig, run_job
 from pipeline.encode.encoder_config import EncoderConfig
+
+from support import REPO, SAMPLES, execute_notebook, notebook_outputs_text
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 # What notebooks may import from the project: its public API.
@@ -26,8 +26,8 @@ PUBLIC_MODULES = {"pipeline", "pipeline.results"}
 
 
 @pytest.fixture(scope="module")
-def outputs(tmp_path_factory) -> dict[str, Path]:
-    """"fresh": a few samples, one of them a locked PDF. "one chunk": one text at --dim 64, whose name holds
+def outputs(ray_local, tmp_path_factory) -> dict[str, Path]:
+    """ "fresh": a few samples, one of them a locked PDF. "one chunk": one text at --dim 64, whose name holds
     "$...$" (matplotlib's math mode, were it drawn unescaped); a map needs two chunks."""
     corpus = tmp_path_factory.mktemp("corpus")
     shutil.copytree(SAMPLES / "text", corpus / "text")
@@ -36,12 +36,8 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
     single = tmp_path_factory.mktemp("single")
     (single / "budget $^$ draft.txt").write_text("Plants turn sunlight into sugar by photosynthesis.")
     out = tmp_path_factory.mktemp("out")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        report = run_job(JobConfig(inputs=(str(corpus),), output=str(out / "fresh")))
-        one = run_job(JobConfig(inputs=(str(single),), output=str(out / "one"), encoder=EncoderConfig(dim=64)))
-    finally:
-        ray.shutdown()
+    report = run_job(JobConfig(inputs=(str(corpus),), output=str(out / "fresh")))
+    one = run_job(JobConfig(inputs=(str(single),), output=str(out / "one"), encoder=EncoderConfig(dim=64)))
     assert (report.docs_ok, report.docs_failed) == (6, 1) and one.chunks == 1
     return {"fresh": out / "fresh", "one chunk": out / "one"}
 

@@ -16,7 +16,6 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as pads
 import pytest
-import ray
 
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.results import nearest, read_table
@@ -28,13 +27,9 @@ QUERY = "how do plants turn sunlight into energy?"
 
 
 @pytest.fixture(scope="module")
-def output(tmp_path_factory):
+def output(ray_local, tmp_path_factory):
     out = tmp_path_factory.mktemp("out") / "run"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        run_job(JobConfig(inputs=(str(SAMPLES / "text"),), output=str(out)))
-    finally:
-        ray.shutdown()
+    run_job(JobConfig(inputs=(str(SAMPLES / "text"),), output=str(out)))
     return out
 
 

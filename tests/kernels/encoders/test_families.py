@@ -11,6 +11,7 @@ also packed under the pallas kernel.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import shutil
@@ -139,16 +140,24 @@ def test_the_fixtures_cover_every_family_and_layout():
     assert windows and max(windows) < longest // 4, (windows, longest)
 
 
+@functools.cache
+def one_text_per_row(name: str, impl: str) -> tuple[np.ndarray, np.ndarray]:
+    """Fixture `name`'s hidden states [B, T, D] under `impl`, a text a row at the model's window, and the rows'
+    segment ids [B, T]: held to transformers' below and to packed rows after, computed once for both."""
+    m = load(name)
+    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
+    hidden = encoders.forward(m.params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl=impl)
+    return np.asarray(hidden), segments_BT
+
+
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("name", NAMES)
 def test_transformers_hidden_states_and_embeddings_are_reproduced(name, impl):
     m = load(name)
     assert [len(s) for s in m.ids] == m.ref["lengths"].tolist()
     assert np.concatenate(m.ids).tolist() == m.ref["ids"].tolist(), "the project's tokenizer differs"
-    ids_BT, segments_BT, positions_BT = unpacked(m.ids, m.spec.max_seq_length)
-    hidden_BTD = encoders.forward(m.params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl=impl)
-    pooled = embeddings(m, hidden_BTD, segments_BT, 1)[:, 0]
-    hidden = np.asarray(hidden_BTD)
+    hidden, segments_BT = one_text_per_row(name, impl)
+    pooled = embeddings(m, hidden, segments_BT, 1)[:, 0]
     for i, n in enumerate(m.ref["lengths"]):
         got, want = hidden[i, :n], m.hidden(i)
         token_cosines = np.einsum("td,td->t", got, want) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
@@ -161,15 +170,14 @@ def test_transformers_hidden_states_and_embeddings_are_reproduced(name, impl):
 @pytest.mark.parametrize("name", NAMES)
 def test_packed_rows_equal_unpacked(name, impl):
     m = load(name)
-    width = m.spec.max_seq_length
-    arch = m.spec.arch
-    ids_BT, segments_BT, positions_BT = unpacked(m.ids, width)
-    alone = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
-    alone_pooled = embeddings(m, alone, segments_BT, 1)[:, 0]
+    alone, alone_segments_BT = one_text_per_row(name, impl)
+    alone_pooled = embeddings(m, alone, alone_segments_BT, 1)[:, 0]
     # Rows twice the window: the short texts share a row, the long ones sit after them.
-    ids_BT, segments_BT, positions_BT, where = packed(m.ids, 2 * width)
+    ids_BT, segments_BT, positions_BT, where = packed(m.ids, 2 * m.spec.max_seq_length)
     assert len(where) > ids_BT.shape[0], "nothing was packed"
-    together = np.asarray(encoders.forward(m.params, ids_BT, segments_BT, positions_BT, arch, attention_impl=impl))
+    together = np.asarray(
+        encoders.forward(m.params, ids_BT, segments_BT, positions_BT, m.spec.arch, attention_impl=impl)
+    )
     n_slots = int(segments_BT.max())
     together_pooled = embeddings(m, together, segments_BT, n_slots)
     for i, (row, start, segment) in enumerate(where):

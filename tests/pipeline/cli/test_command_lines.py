@@ -34,12 +34,14 @@ def run(command: list[str], *args: str, env: dict | None = None, timeout: float 
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory) -> Path:
-    """`docembed embed --config job.yaml` with flags over the file: samples/text into an output."""
+def embedded(ray_local, tmp_path_factory) -> Path:
+    """`docembed embed --config job.yaml` with flags over the file: samples/text into an output, on a Ray that is
+    up, as on a cluster (a private Ray's start: tests/jobs/test_embed_cli.py's demo)."""
     root = tmp_path_factory.mktemp("embedded")
     (root / "job.yaml").write_text(f"input: [{SAMPLES / 'text'}]\nmax-tokens: 128\noverlap: 8\n")
     out = root / "out"
-    result = run(DOCEMBED, "embed", "--config", str(root / "job.yaml"), "--output", str(out), "--overlap", "16")
+    args = ["--config", str(root / "job.yaml"), "--output", str(out), "--overlap", "16"]
+    result = run(DOCEMBED, "embed", *args, env=os.environ | {"RAY_ADDRESS": ray_local})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "docembed: 5 inputs (0 skipped): 5 embedded, 0 failed" in result.stdout
     return out

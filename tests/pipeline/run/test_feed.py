@@ -22,14 +22,7 @@ from pipeline.run.tally import RunCoordinator, SendToTally
 
 from support import listing, text_files
 
-pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module", autouse=True)
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("ray_local")]
 
 
 def _source(output: str, feed, window: int = 1000) -> ray.data.Dataset:

@@ -23,7 +23,6 @@ import ml_dtypes  # noqa: F401  registers bfloat16 with numpy: the fixtures' wei
 import numpy as np
 import pyarrow as pa
 import pytest
-import ray
 from safetensors.numpy import load_file, save_file
 
 from jobs.search import main as search_main
@@ -63,13 +62,6 @@ ON_RAY = ("gte", "gemma3")
 WORDS = [f"{w}{i % 97}" for i in range(3 * WINDOW) for w in ("river", "stone", "light")]
 # Tokens of the generated documents: one chunk near the window, one short, one of three chunks.
 LENGTHS = {"near-window": WINDOW - 60, "short": 300, "three-chunks": 2 * WINDOW + 500}
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def long_context_copy(name: str, root: Path) -> Path:
