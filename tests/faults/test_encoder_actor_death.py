@@ -15,7 +15,7 @@ from pipeline.results import read_report
 import scenarios
 
 
-def test_encoder_killed_four_times_loses_and_duplicates_nothing(ray_local, tmp_path):
+def test_encoder_killed_four_times_loses_and_duplicates_nothing(own_ray, tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", scenarios.FILES, scenarios.SHARD_DOCS)
     cfg = scenarios.job(corpus, tmp_path)  # a fresh cache: the first incarnation compiles, the others must not
     run = scenarios.run(cfg, scenarios.KillEncoder(["ray.kill", "SIGKILL", "ray.kill", "SIGKILL"]))

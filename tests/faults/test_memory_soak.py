@@ -27,7 +27,7 @@ BATCHES = 1000
 WINDOW, SENTENCES = 64, 2  # notes of about 45 tokens: each fills a 64-token row alone, one row per batch
 
 
-def test_encoder_memory_and_programs_stay_flat_over_1000_batches(ray_local, tmp_path):
+def test_encoder_memory_and_programs_stay_flat_over_1000_batches(own_ray, tmp_path):
     corpus = scenarios.write_corpus(tmp_path / "corpus", 0, BATCHES, SENTENCES)
     # One device (a mesh of data=1 over the actor's one-per-core CPU devices), so that a batch is one row
     # whatever the node's core count: the soak counts encoder calls.
