@@ -26,7 +26,7 @@ if OWN_JAX_CACHE:
 
 from pipeline.encode.cpu_devices import use_cpu_devices  # noqa: E402
 
-from support import CORPUS, REPO, SAMPLES, encrypt, text_pdf  # noqa: E402
+from support import CORPUS, REPO, SAMPLES, encrypt, start_local_ray, text_pdf  # noqa: E402
 
 # The test process has the CPU devices any encoder process here has (one per core, see
 # pipeline.encode.cpu_devices), whichever test starts JAX first.
@@ -90,13 +90,12 @@ def ray_local() -> str:
     """A local Ray (2 CPUs, no dashboard) for the module's jobs; yields its GCS address, for drivers of their own.
 
     Kept for the next module where its first test asks for it too, shut down otherwise: a Ray costs about 10
-    CPU-s to start (its head's processes, and Ray Data's actors at its first job), and an idle one 7% of a core
-    (BENCHMARKS.md, "Where the suite's CPU goes"). So a module that starts a Ray of other settings finds none."""
+    CPU-s to start (its head's processes, and Ray Data's actors at its first job: BENCHMARKS.md, "Where the
+    suite's CPU goes"), and an idle one 7% of a core ("... the suite on three workers"). So a module that starts
+    a Ray of other settings finds none."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray.get_runtime_context().gcs_address
+    yield ray.get_runtime_context().gcs_address if ray.is_initialized() else start_local_ray()
     nextitem = _next_item[0]
     if nextitem is None or "ray_local" not in nextitem.fixturenames:
         ray.shutdown()

@@ -202,6 +202,15 @@ def encrypt(pdf: bytes, *, user_password: str, owner_password: str) -> bytes:
     return out.getvalue()
 
 
+def start_local_ray() -> str:
+    """Starts a Ray of this process's own ("local": even while other test runs keep theirs on this machine) with
+    2 CPUs, no dashboard, and its workers' output left in their log files; returns its GCS address."""
+    import ray
+
+    context = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return context.address_info["gcs_address"]
+
+
 def ray_log_files() -> list[Path]:
     """Every file under the connected Ray session's `logs/` (all its nodes', on one machine)."""
     import ray

@@ -32,7 +32,7 @@ from pipeline.run.report import RunReport
 from pipeline.run.stage_clock import EncoderTotals
 from pipeline.run.tally import RUN_COORDINATOR_PREFIX
 
-from support import SAMPLES
+from support import SAMPLES, start_local_ray
 
 DOCUMENT_SUFFIXES = (".pdf", ".txt", ".md")
 # The corpus the actor and node faults strike in: many single-document files
@@ -282,9 +282,8 @@ def run(cfg: JobConfig, sidecar: Sidecar | None = None) -> Run:
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2):
-    # "local": a Ray of this process's own, even while other test runs keep theirs on this machine.
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+def local_ray():
+    start_local_ray()
     try:
         yield
     finally:

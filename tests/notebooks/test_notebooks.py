@@ -27,8 +27,8 @@ PUBLIC_MODULES = {"pipeline", "pipeline.results"}
 
 @pytest.fixture(scope="module")
 def outputs(ray_local, tmp_path_factory) -> dict[str, Path]:
-    """ "fresh": a few samples, one of them a locked PDF. "one chunk": one text at --dim 64, whose name holds
-    "$...$" (matplotlib's math mode, were it drawn unescaped); a map needs two chunks."""
+    """Two outputs. "fresh": a few samples, one of them a locked PDF. "one chunk": one text at --dim 64, whose name
+    holds "$...$" (matplotlib's math mode, were it drawn unescaped); a map needs two chunks."""
     corpus = tmp_path_factory.mktemp("corpus")
     shutil.copytree(SAMPLES / "text", corpus / "text")
     for pdf in ("pdflatex-4-pages.pdf", "libreoffice-writer-password.pdf"):

@@ -20,6 +20,7 @@ import ray
 
 from storage_servers import Servers
 from stored_corpus import NOTES, SAMPLES, note_name, note_text, shard_rows
+from support import start_local_ray
 
 
 @pytest.fixture(scope="session")
@@ -64,8 +65,7 @@ def storage_ray(servers, tmp_path_factory):
     os.environ.update(servers.env(tmp_path_factory.mktemp("model-cache")))
     servers.reset_faults()
     try:
-        context = ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-        yield context.address_info["gcs_address"]
+        yield start_local_ray()
     finally:
         ray.shutdown()
         os.environ.clear()
