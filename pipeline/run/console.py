@@ -133,9 +133,14 @@ def user_error_behind(e: BaseException | None) -> tuple[type[UserError], str] | 
 
     A worker's exception reaches the driver as a RayTaskError around Ray Data's
     UserCodeException, or, raised as an actor started, as an ActorDiedError;
-    the error itself did not survive pickling: only its text did.
+    the error itself did not survive pickling: only its text did. A UserError
+    that was only being handled when another exception was raised (a bug in an
+    `except` block) is not behind the failure: that exception is, and it is
+    shown as it is. So the text is read after its last "During handling"
+    line, and an exception's context is followed only through Ray's wrappers.
     """
     import ray.exceptions
+    from ray.data.exceptions import SystemException
 
     seen, todo = set(), [e]
     while todo:
@@ -145,15 +150,21 @@ def user_error_behind(e: BaseException | None) -> tuple[type[UserError], str] | 
         seen.add(id(e))
         if isinstance(e, UserError) and not isinstance(e, ray.exceptions.RayError):
             return type(e), str(e)
-        found = _REMOTE_USER_ERROR.search(str(e))
+        text = str(e)
+        found = _REMOTE_USER_ERROR.search(text, max(text.rfind(_RAISED_WHILE_HANDLING), 0))
         if found:
             return _USER_ERRORS[found.group(1)], found.group(2).strip()
-        todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
+        todo += [getattr(e, "cause", None), e.__cause__]
+        if isinstance(e, (ray.exceptions.RayError, SystemException)):
+            todo.append(e.__context__)
     return None
 
 
 _USER_ERRORS = {kind.__name__: kind for kind in (UserError, *UserError.__subclasses__())}
 _REMOTE_USER_ERROR = re.compile(rf"pipeline\.errors\.({'|'.join(_USER_ERRORS)}): ([^\n]+)")
+# Python's line between two tracebacks of a chain where the later exception was raised while the earlier was
+# handled (`raise` without `from`, where `from` says "was the direct cause").
+_RAISED_WHILE_HANDLING = "During handling of the above exception, another exception occurred:"
 
 
 # Ray's and Ray Data's console level per verbosity.

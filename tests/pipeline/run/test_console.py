@@ -5,6 +5,7 @@ import io
 import logging
 import sys
 import time
+import traceback
 
 import pytest
 import ray.data
@@ -17,6 +18,7 @@ from pipeline.run.console import (
     configure_ray_data,
     progress_shown,
     ray_init_args,
+    user_error_behind,
     worker_errors_in_one_line,
 )
 from pipeline.run.report import RunReport
@@ -99,17 +101,39 @@ def test_ray_datas_records_of_a_storage_failure_are_dropped_off_verbose_only():
         configure_ray_data("verbose")
 
 
+def raised(error: BaseException) -> BaseException:
+    """What `worker_errors_in_one_line` lets out when `error` is raised within it."""
+    with pytest.raises(BaseException) as caught, worker_errors_in_one_line():
+        raise error
+    return caught.value
+
+
+def chained(error: BaseException, raised_while_handling: BaseException, cause: bool) -> BaseException:
+    """`raised_while_handling` raised in an `except` block for `error`: `from` it where `cause`."""
+    try:
+        try:
+            raise error
+        except type(error) as e:
+            if cause:
+                raise raised_while_handling from e
+            raise raised_while_handling  # noqa: B904 (the chain without `from` is the point)
+    except type(raised_while_handling) as e:
+        return e
+
+
+def from_worker(function: str, error: BaseException):
+    """`error` as it reaches the driver from a worker: Ray's wrapper around the worker's formatted traceback."""
+    from ray.exceptions import RayTaskError
+
+    return RayTaskError(function, "".join(traceback.format_exception(error)), None)
+
+
 def test_a_user_error_raised_in_a_worker_is_the_drivers_error_of_that_kind_and_the_drivers_own_pass_as_they_are():
     """A worker's error reaches the driver as text inside Ray's wrappers (a call's RayTaskError, an actor's
     ActorDiedError): the run names it in one line. A storage failure adds that a rerun resumes."""
     from ray.exceptions import RayTaskError
 
     from pipeline.errors import ModelError, OutputError, StorageError
-
-    def raised(error: BaseException) -> BaseException:
-        with pytest.raises(BaseException) as caught, worker_errors_in_one_line():
-            raise error
-        return caught.value
 
     refused = "this node's tokenizer is not the job's driver's (a here, b there): every node must hold the same"
     remote = RayTaskError(
@@ -125,6 +149,33 @@ def test_a_user_error_raised_in_a_worker_is_the_drivers_error_of_that_kind_and_t
     )
     own, bug = OutputError("another run holds the output"), ValueError("a bug")
     assert raised(own) is own and raised(bug) is bug
+
+
+def test_a_bug_raised_while_a_user_error_was_handled_is_shown_as_it_is():
+    """A UserError that was only being handled when a bug raised (in a worker or here) is not why the run failed:
+    the bug is let out as it is, and Ray Data's records of it show. A UserError that is the direct cause of a
+    wrapper, as of Ray Data's UserCodeException around a stage's error, is still the run's one line."""
+    from ray.exceptions import UserCodeException
+
+    from pipeline.errors import StorageError
+
+    down = StorageError("cannot write s3://b/out/embeddings/part-1.parquet")
+    writer = "MapWorker(MapBatches(WriteBlock))"
+    for error in (
+        from_worker(writer, chained(down, ValueError("a bug"), cause=False)),
+        chained(down, ValueError("a bug"), cause=False),
+    ):
+        assert user_error_behind(error) is None and raised(error) is error
+
+    for error in (
+        from_worker(writer, chained(down, UserCodeException("UDF failed to process a data block."), cause=True)),
+        chained(down, UserCodeException("UDF failed to process a data block."), cause=False),
+    ):
+        assert user_error_behind(error) == (StorageError, str(down))
+        assert str(raised(error)).startswith(f"{down} (groups finished so far are kept")
+    # Where both are in a worker's text, the last exception decides.
+    twice = from_worker(writer, chained(ValueError("a bug"), chained(down, UserCodeException("x"), True), False))
+    assert user_error_behind(twice) == (StorageError, str(down))
 
 
 def test_rays_token_auth_on_notice_is_dropped_off_verbose_only_and_the_off_warning_stays():
