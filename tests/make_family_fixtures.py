@@ -2,10 +2,10 @@
 hidden states and sentence embeddings transformers computes for them.
 
 Each model is built with transformers' own class (BertModel, DistilBertModel, XLMRobertaModel, MPNetModel,
-ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel, and a
-T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token; MistralModel, sliding,
-Qwen2Model, its q/k/v biased, and LlamaModel, biased with llama3 RoPE; Gemma3TextModel, bidirectional as
-EmbeddingGemma), given larger-than-default random weights so that attention is peaked and
+ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel,
+MT5EncoderModel, and a T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token;
+MistralModel, sliding, Qwen2Model, its q/k/v biased, and LlamaModel, biased with llama3 RoPE; Gemma3TextModel,
+bidirectional as EmbeddingGemma), given larger-than-default random weights so that attention is peaked and
 RoPE, windows and norms all show in the output, and saved as a sentence-transformers model directory:
 config.json, weights in bfloat16 (one directory sharded with model.safetensors.index.json), tokenizer.json (a
 small WordPiece, Unigram or BPE vocabulary trained here), modules.json, 1_Pooling/config.json,
@@ -952,6 +952,32 @@ def fixtures() -> list[Fixture]:
             "t5",
             "mean",
             False,
+            tokenizer_config=T5_TOKENIZER_CONFIG,
+        ),
+        Fixture(
+            # mT5 (model_type mt5): T5 v1.1's encoder, gated-gelu, saved as an MT5EncoderModel, its config.json
+            # saying tie_word_embeddings false as google/mt5-*'s do (of the output embeddings an encoder never reads;
+            # transformers 5 writes true).
+            "mt5-encoder",
+            _base(
+                T.MT5EncoderModel,
+                T.MT5Config(
+                    **t5,
+                    d_model=32,
+                    d_kv=8,
+                    num_heads=4,
+                    d_ff=48,
+                    num_layers=2,
+                    feed_forward_proj="gated-gelu",
+                    relative_attention_num_buckets=16,
+                    relative_attention_max_distance=40,
+                ),
+                22,
+            ),
+            "t5",
+            "mean",
+            True,
+            rewrite=lambda path, base: _rewrite_config(path, [], {"tie_word_embeddings": False}),
             tokenizer_config=T5_TOKENIZER_CONFIG,
         ),
         Fixture(

@@ -1,5 +1,6 @@
-"""T5's encoder (`model_type: t5`: sentence-t5-base/-large/-xl, gtr-t5-base/-large/-xl): pre-norm blocks
-with RMSNorm, no biases, unscaled attention, no position embeddings, and one relative position bias.
+"""T5's encoder (`model_type: t5`: sentence-t5-base/-large/-xl, gtr-t5-base/-large/-xl; and `mt5`, mT5's, which
+is T5 v1.1's): pre-norm blocks with RMSNorm, no biases, unscaled attention, no position embeddings, and one
+relative position bias.
 
 As transformers' T5EncoderModel (T5Stack): token embeddings with neither scaling nor norm; each block
 `x + attention(rmsnorm(x))`, then `x + mlp(rmsnorm(x))`; a final RMSNorm (`T5LayerNorm`: x / rms(x) *
@@ -14,7 +15,7 @@ trained on, config.json's `n_positions` (older configs, sentence-t5's and gtr-t5
 512) or else T5's 512: the window where sentence_bert_config.json and the tokenizer name none, and the
 longest `check_window` lets through, as the buckets past max_distance were only ever trained up to it.
 
-Tensors as T5EncoderModel or T5Model saves them, without a model prefix: the token embeddings are
+Tensors as T5EncoderModel or T5Model (or their MT5 twins) saves them, without a model prefix: the token embeddings are
 `shared` or `encoder.embed_tokens` (tied; either or both present), the rest under `encoder.`. A
 T5Model's decoder is never read.
 """

@@ -45,6 +45,7 @@ AUTO_TOKENIZERS = {
     "gte": "XLMRobertaTokenizer",
     "roberta": "RobertaTokenizer",
     "t5": "T5Tokenizer",
+    "mt5": "T5Tokenizer",
     "qwen2": "Qwen2Tokenizer",
     "qwen3": "Qwen2Tokenizer",
     "gemma3_text": "GemmaTokenizer",

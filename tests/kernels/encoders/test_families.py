@@ -42,6 +42,7 @@ FAMILY_OF = {
     "nomic": "nomic_bert",
     "gte": "gte",
     "t5": "t5",
+    "mt5": "t5",
     "qwen3": "qwen3",
     "qwen2": "qwen2",
     "mistral": "mistral",
@@ -324,6 +325,7 @@ def test_the_relative_bias_shows_in_the_fixture(name):
         ("gte-new-ntk", "gte"),
         ("t5-encoder-st", "t5"),
         ("t5-v11-model", "t5"),
+        ("mt5-encoder", "t5"),
         ("qwen3-embedding", "qwen3"),
         ("qwen2-embedding", "qwen2"),
         ("mistral-embedding", "mistral"),
@@ -599,8 +601,8 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         encoders.config_from_hf({"model_type": "bart", "architectures": ["BartModel"]})
     assert str(e.value) == (
         "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
-        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, qwen3, "
-        "qwen2, mistral, llama, gemma3_text"
+        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, mt5, "
+        "qwen3, qwen2, mistral, llama, gemma3_text"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "bart"}))

@@ -110,6 +110,7 @@ FAMILY_FINGERPRINTS = {
     "modernbert-layer-types": "93d9438122bd5a2c",
     "mpnet-base": "ffcc399fc1c67799",
     "mpnet-mlm-prefix": "dfbf462cfc264536",
+    "mt5-encoder": "5486527854f98d56",
     "nomic-contrastors": "6840023837ea77e5",
     "nomic-transformers": "2384da6d54ec4cff",
     "qwen2-embedding": "96c3c9852e4bb4b0",
