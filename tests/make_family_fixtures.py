@@ -723,6 +723,27 @@ def fixtures() -> list[Fixture]:
             False,
         ),
         Fixture(
+            # CamemBERT (model_type camembert, CamembertTokenizer): RoBERTa's architecture and prefix.
+            "camembert-mlm-prefix",
+            _base(
+                T.CamembertForMaskedLM,
+                T.CamembertConfig(
+                    **ug,
+                    hidden_size=32,
+                    num_hidden_layers=2,
+                    num_attention_heads=2,
+                    intermediate_size=64,
+                    max_position_embeddings=MAX_SEQ_LENGTH + 2,
+                    type_vocab_size=1,
+                ),
+                23,
+                "roberta",
+            ),
+            "unigram",
+            "mean",
+            True,
+        ),
+        Fixture(
             "mpnet-base",
             _base(
                 T.MPNetModel,

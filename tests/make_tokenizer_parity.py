@@ -171,6 +171,8 @@ CASES = {
         {"sentence_bert_config.json": {"tokenizer_args": {"add_prefix_space": None}}},
     ),
     "t5-no-prefix-space": ("t5-encoder-st", {"tokenizer_config.json": {"add_prefix_space": False}}),
+    "camembert-hub-layout": ("camembert-mlm-prefix", {"tokenizer.json": SENTENCEPIECE_SPLIT}),
+    "camembert-no-prefix-space": ("camembert-mlm-prefix", {"tokenizer_config.json": {"add_prefix_space": False}}),
     "roberta-prefix-space": (
         "qwen3-embedding",
         ROBERTA_LAYOUT

@@ -92,12 +92,13 @@ FAMILIES: dict[str, ModuleType] = {
         gemma3,
     )
 }
-# config.json's model_type -> family; RoBERTa is XLM-RoBERTa's architecture, "new" is GTE's hub name.
+# config.json's model_type -> family; RoBERTa and CamemBERT are XLM-RoBERTa's architecture, "new" is GTE's hub name.
 MODEL_TYPES = {
     "bert": "bert",
     "distilbert": "distilbert",
     "xlm-roberta": "xlm-roberta",
     "roberta": "xlm-roberta",
+    "camembert": "xlm-roberta",
     "mpnet": "mpnet",
     "modernbert": "modernbert",
     "nomic_bert": "nomic_bert",
@@ -117,6 +118,7 @@ ARCHITECTURES = {
     "DistilBert": "distilbert",
     "XLMRoberta": "xlm-roberta",
     "Roberta": "xlm-roberta",
+    "Camembert": "xlm-roberta",
     "MPNet": "mpnet",
     "ModernBert": "modernbert",
     "NomicBert": "nomic_bert",

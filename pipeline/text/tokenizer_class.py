@@ -23,6 +23,7 @@ from pipeline.text.tokenizer import BertSettings, ByteLevelSplit, SentencePieceS
 TOKENIZER_BUILDS = {
     "T5Tokenizer": "sentencepiece",
     "XLMRobertaTokenizer": "sentencepiece",
+    "CamembertTokenizer": "sentencepiece",
     "BertTokenizer": "bert",
     "DistilBertTokenizer": "bert",
     "MPNetTokenizer": "bert",
@@ -44,6 +45,7 @@ AUTO_TOKENIZERS = {
     "xlm-roberta": "XLMRobertaTokenizer",
     "gte": "XLMRobertaTokenizer",
     "roberta": "RobertaTokenizer",
+    "camembert": "CamembertTokenizer",
     "t5": "T5Tokenizer",
     "mt5": "T5Tokenizer",
     "qwen2": "Qwen2Tokenizer",
@@ -67,10 +69,10 @@ BERT_SETTINGS = {
     "tokenize_chinese_chars": "handle_chinese_chars",
 }
 # The classes that build their pre-tokenizer with the loader's add_prefix_space, whose defaults are
-# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's Metaspace prepends '▁' to every word or
-# to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space before the text or not. T5Tokenizer
-# always prepends, whatever it says.
-PREFIX_SPACE_CLASSES = frozenset({"XLMRobertaTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"})
+# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's and CamembertTokenizer's Metaspace prepends
+# '▁' to every word or to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space before the text or
+# not. T5Tokenizer always prepends, whatever it says.
+PREFIX_SPACE_CLASSES = frozenset({"XLMRobertaTokenizer", "CamembertTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"})
 # The loader's keys that the classes here read: where tokenizer_args set them, docembed applies them.
 SETTINGS = (*BERT_SETTINGS, "add_prefix_space")
 

@@ -37,6 +37,7 @@ FAMILY_OF = {
     "bert": "bert",
     "distilbert": "distilbert",
     "xlm": "xlm-roberta",
+    "camembert": "xlm-roberta",
     "mpnet": "mpnet",
     "modernbert": "modernbert",
     "nomic": "nomic_bert",
@@ -323,6 +324,7 @@ def test_the_relative_bias_shows_in_the_fixture(name):
     "name, family",
     [
         ("gte-new-ntk", "gte"),
+        ("camembert-mlm-prefix", "xlm-roberta"),
         ("t5-encoder-st", "t5"),
         ("t5-v11-model", "t5"),
         ("mt5-encoder", "t5"),
@@ -601,8 +603,8 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
         encoders.config_from_hf({"model_type": "bart", "architectures": ["BartModel"]})
     assert str(e.value) == (
         "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
-        "model_types: bert, distilbert, xlm-roberta, roberta, mpnet, modernbert, nomic_bert, gte, new, t5, mt5, "
-        "qwen3, qwen2, mistral, llama, gemma3_text"
+        "model_types: bert, distilbert, xlm-roberta, roberta, camembert, mpnet, modernbert, nomic_bert, gte, new, t5, "
+        "mt5, qwen3, qwen2, mistral, llama, gemma3_text"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "bart"}))

@@ -98,6 +98,7 @@ FAMILY_FINGERPRINTS = {
     "bert-mlm-prefix": "ba93ee7e5ed1dd4a",
     "bert-pooler": "281659e83dafaab6",
     "bert-pooling-modes": "e3cae1b0b135686b",
+    "camembert-mlm-prefix": "18a5af1aaaf8e92f",
     "distilbert-dense": "11cad0f7bc2ba7d9",
     "distilbert-dense-residual": "640b82f3492ca0dc",
     "distilbert-mlm-prefix": "e3e9fb46a323ae00",
