@@ -5,15 +5,17 @@ Each model is built with transformers' own class (BertModel, DistilBertModel, XL
 ModernBertModel, NomicBertModel, GteModel, or their *ForMaskedLM for a model prefix; T5EncoderModel,
 MT5EncoderModel, and a T5Model whose encoder alone is run; Qwen3Model, grouped-query, pooled by its last token;
 MistralModel, sliding, Qwen2Model, its q/k/v biased, and LlamaModel, biased with llama3 RoPE; Gemma3TextModel,
-bidirectional as EmbeddingGemma), given larger-than-default random weights so that attention is peaked and
-RoPE, windows and norms all show in the output, and saved as a sentence-transformers model directory:
+bidirectional as EmbeddingGemma; AlbertModel, its layers shared in groups over narrower embeddings), given
+larger-than-default random weights so that attention is peaked and RoPE, windows and norms all show in the
+output, and saved as a sentence-transformers model directory:
 config.json, weights in bfloat16 (one directory sharded with model.safetensors.index.json), tokenizer.json (a
 small WordPiece, Unigram or BPE vocabulary trained here), modules.json, 1_Pooling/config.json,
 sentence_bert_config.json, and for two models config_sentence_transformers.json with prompts. MPNet models get
 MPNet's tokenizer layout (WordPiece between <s> and </s>, RobertaProcessing, pad id 1) and a
 tokenizer_config.json naming MPNetTokenizer, T5 models a Unigram vocabulary as T5's (text then </s>, pad id 0)
 and one naming T5Tokenizer, Qwen3 a byte-level BPE as Qwen3-Embedding's (text then <|endoftext|>) and one naming
-Qwen2Tokenizer, Gemma3 a BPE with byte fallback as EmbeddingGemma's (<bos> text <eos>) and one naming
+Qwen2Tokenizer, ALBERT a Unigram as AlbertTokenizer builds albert-base-v2's and one naming AlbertTokenizer,
+Gemma3 a BPE with byte fallback as EmbeddingGemma's (<bos> text <eos>) and one naming
 GemmaTokenizer, Mistral and Llama one as e5-mistral's (<s> text </s>), and transformers' AutoTokenizer must give
 the ids recorded here. Beside each directory, NAME.npz
 holds the texts, their token ids, transformers' last hidden states (float32, each text run alone, unpadded;
@@ -167,6 +169,36 @@ def t5_tokenizer() -> Tokenizer:
     return tok
 
 
+def albert_tokenizer() -> Tokenizer:
+    """ALBERT-style, as transformers 5's AlbertTokenizer builds albert-base-v2's tokenizer.json (without its
+    Precompiled map, which takes a SentencePiece model to make): `` and '' to ", NFKD, StripAccents and Lowercase,
+    a split on white space before Metaspace (the hub's file has Metaspace alone: tokenizer_parity's
+    albert-hub-layout), [CLS] text [SEP] (TemplateProcessing), <pad> 0, <unk> 1, [CLS] 2, [SEP] 3, [MASK] 4.
+    AlbertTokenizer must give the ids recorded here."""
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.Replace("``", '"'),
+            normalizers.Replace("''", '"'),
+            normalizers.NFKD(),
+            normalizers.StripAccents(),
+            normalizers.Lowercase(),
+        ]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Metaspace()])
+    tok.decoder = decoders.Metaspace()
+    special = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(
+        corpus(), trainers.UnigramTrainer(vocab_size=400, special_tokens=special, unk_token="<unk>")
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[(t, tok.token_to_id(t)) for t in ("[CLS]", "[SEP]")],
+    )
+    return tok
+
+
 # Qwen2's pre-tokenizer pattern (Qwen3's tokenizer.json): contractions, letter runs with one leading
 # non-letter, single digits, punctuation runs, new lines, other white space.
 QWEN_PATTERN = (
@@ -277,6 +309,18 @@ QWEN_TOKENIZER_CONFIG = {
 }
 
 
+ALBERT_TOKENIZER_CONFIG = {
+    "tokenizer_class": "AlbertTokenizer",
+    "do_lower_case": True,
+    "keep_accents": False,
+    "pad_token": "<pad>",
+    "unk_token": "<unk>",
+    "cls_token": "[CLS]",
+    "sep_token": "[SEP]",
+    "mask_token": "[MASK]",
+}
+
+
 T5_TOKENIZER_CONFIG = {
     "tokenizer_class": "T5Tokenizer",
     "eos_token": "</s>",
@@ -339,7 +383,7 @@ class DenseModule(NamedTuple):
 class Fixture:
     name: str
     build: Callable[[], tuple[torch.nn.Module, torch.nn.Module]]  # (model to save, base model to run)
-    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet", "t5", "bpe" or "gemma"
+    tokenizer: str  # a TOKENIZERS key: "wordpiece", "unigram", "mpnet", "t5", "albert", "bpe" or "gemma"
     # "mean", "cls" or "lasttoken" (written as the legacy flags), or sentence-transformers' modes joined by "+"
     # (written as sentence-transformers 6 writes a list, and pooled by its own Pooling module)
     pooling: str
@@ -366,6 +410,9 @@ def _vocab(tokenizer: str) -> dict:
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=eos, eos_token_id=eos, bos_token_id=None)
     if tokenizer == "gemma":
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    if tokenizer == "albert":
+        ids = {name: tok.token_to_id(token) for name, token in (("pad", "<pad>"), ("bos", "[CLS]"), ("eos", "[SEP]"))}
+        return dict(vocab_size=tok.get_vocab_size(), **{f"{name}_token_id": i for name, i in ids.items()})
     if tokenizer == "t5":
         pad, eos = tok.token_to_id("<pad>"), tok.token_to_id("</s>")
         return dict(vocab_size=tok.get_vocab_size(), pad_token_id=pad, eos_token_id=eos, decoder_start_token_id=pad)
@@ -560,7 +607,7 @@ DECODER_DIMS = dict(
 
 def fixtures() -> list[Fixture]:
     wp, ug, mp, t5, bpe = _vocab("wordpiece"), _vocab("unigram"), _vocab("mpnet"), _vocab("t5"), _vocab("bpe")
-    gemma, llama = _vocab("gemma"), _vocab("llama")
+    gemma, llama, albert = _vocab("gemma"), _vocab("llama"), _vocab("albert")
     T = transformers
     return [
         Fixture(
@@ -1002,6 +1049,30 @@ def fixtures() -> list[Fixture]:
             tokenizer_config=T5_TOKENIZER_CONFIG,
         ),
         Fixture(
+            # paraphrase-albert-small-v2's layout: an AlbertModel, its embeddings narrower than its layers, 4 steps
+            # over 2 groups of 2 layers each (8 layers deep, 4 stored), mean pooling.
+            "albert-shared-groups",
+            _base(
+                T.AlbertModel,
+                T.AlbertConfig(
+                    **albert,
+                    embedding_size=16,
+                    hidden_size=32,
+                    num_hidden_layers=4,
+                    num_hidden_groups=2,
+                    inner_group_num=2,
+                    num_attention_heads=4,
+                    intermediate_size=48,
+                    max_position_embeddings=MAX_SEQ_LENGTH,
+                ),
+                24,
+            ),
+            "albert",
+            "mean",
+            False,
+            tokenizer_config=ALBERT_TOKENIZER_CONFIG,
+        ),
+        Fixture(
             # Qwen3-Embedding's layout: a Qwen3Model with grouped-query attention (4 query heads, 2 K/V heads)
             # whose heads (4 x 32) are wider than hidden_size (64), last-token pooling, Normalize.
             "qwen3-embedding",
@@ -1153,6 +1224,7 @@ TOKENIZERS = {
     "unigram": unigram_tokenizer(),
     "mpnet": mpnet_tokenizer(),
     "t5": t5_tokenizer(),
+    "albert": albert_tokenizer(),
     "bpe": bpe_tokenizer(),
     "gemma": gemma_tokenizer(),
     "llama": llama_tokenizer(),
@@ -1296,7 +1368,7 @@ def make(fx: Fixture) -> None:
         fx.rewrite(path, base)
     TOKENIZERS[fx.tokenizer].save(str(path / "tokenizer.json"))
     sentence_transformers_files(path, fx, base.config.hidden_size, dense)
-    if fx.tokenizer in ("mpnet", "t5", "bpe", "gemma", "llama"):
+    if fx.tokenizer in ("mpnet", "t5", "albert", "bpe", "gemma", "llama"):
         check_transformers_tokenizer(path, sample, result["ids"])
     if dense or fx.pooling not in SIMPLE_POOLING or fx.tokenizer in ("bpe", "gemma", "llama"):
         result["st_encoded"] = st_encode(path, sample)

@@ -172,6 +172,17 @@ CASES = {
     ),
     "t5-no-prefix-space": ("t5-encoder-st", {"tokenizer_config.json": {"add_prefix_space": False}}),
     "camembert-hub-layout": ("camembert-mlm-prefix", {"tokenizer.json": SENTENCEPIECE_SPLIT}),
+    # albert-base-v2's file: Metaspace alone (AlbertTokenizer splits on white space first), its normalizers kept.
+    "albert-hub-layout": (
+        "albert-shared-groups",
+        {"tokenizer.json": {"pre_tokenizer": SENTENCEPIECE_SPLIT["pre_tokenizer"]}},
+    ),
+    # Settings AlbertTokenizer reads: accents kept, cased, no '▁' before words, each where the file says otherwise.
+    "albert-keep-accents-cased": (
+        "albert-shared-groups",
+        {"tokenizer_config.json": {"keep_accents": True, "do_lower_case": False}},
+    ),
+    "albert-no-prefix-space": ("albert-shared-groups", {"tokenizer_config.json": {"add_prefix_space": False}}),
     "camembert-no-prefix-space": ("camembert-mlm-prefix", {"tokenizer_config.json": {"add_prefix_space": False}}),
     "roberta-prefix-space": (
         "qwen3-embedding",

@@ -1,5 +1,5 @@
 """Encoder families behind one dispatch: BERT, DistilBERT, XLM-RoBERTa, MPNet, ModernBERT, NomicBERT, GTE, T5,
-Qwen3, Qwen2, Mistral, Llama (one `decoder` module's families), Gemma3.
+Qwen3, Qwen2, Mistral, Llama (one `decoder` module's families), Gemma3, ALBERT.
 
     cfg = config_from_hf(config_json)          # frozen ModelConfig; cfg.family
     params = params_from_hf(tensors, cfg)      # numpy pytree in the shared layout
@@ -29,6 +29,7 @@ import numpy as np
 
 from kernels.attention._buckets import RelativeBuckets
 from kernels.encoders import (
+    albert,
     bert,
     distilbert,
     gemma3,
@@ -90,6 +91,7 @@ FAMILIES: dict[str, ModuleType] = {
         mistral,
         llama,
         gemma3,
+        albert,
     )
 }
 # config.json's model_type -> family; RoBERTa and CamemBERT are XLM-RoBERTa's architecture, "new" is GTE's hub name.
@@ -111,6 +113,7 @@ MODEL_TYPES = {
     "mistral": "mistral",
     "llama": "llama",
     "gemma3_text": "gemma3",
+    "albert": "albert",
 }
 # An `architectures` entry's model name (before "Model" / "For...") -> family, for configs without model_type.
 ARCHITECTURES = {
@@ -133,6 +136,7 @@ ARCHITECTURES = {
     "Mistral": "mistral",
     "Llama": "llama",
     "Gemma3Text": "gemma3",
+    "Albert": "albert",
 }
 
 

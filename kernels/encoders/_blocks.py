@@ -1,7 +1,7 @@
 """What the encoder families share: one parameter layout, one forward pass over the config of `_config`.
 
 Shape letters used in names and docstrings:
-  B batch, T tokens (sequence), D hidden, N heads, H head_dim, F MLP hidden,
+  B batch, T tokens (sequence), D hidden, E embeddings narrower than D (ALBERT's), N heads, H head_dim, F MLP hidden,
   L layers, V vocabulary, P positions, W rotary frequencies (H / 2), S sequences packed in a row,
   K K/V heads (N, or fewer under grouped-query attention, each serving G = N / K query heads),
   X what a K/V head's projection makes: its G query heads, then its key and its value (3 without groups),
@@ -10,6 +10,8 @@ Shape letters used in names and docstrings:
 Every family maps its checkpoint onto the same pytree:
 
   embed:  word_VD, [position_PD], [token_type_D], [ln_scale_D], [ln_bias_D], [relative_bias_NR]
+          (ALBERT's factorised embeddings: word_VE, position_PE, token_type_E, ln_scale_E, ln_bias_E, then
+          proj_ED proj_bias_D, which take them to D)
   layers: qkv_LDXKH [qkv_bias_LXKH]   out_LNHD [out_bias_LD]
           ln1_scale_LD [ln1_bias_LD]   up_LDF [up_bias_LF] [gate_LDF [gate_bias_LF]]
           down_LFD [down_bias_LD]      ln2_scale_LD [ln2_bias_LD]
@@ -63,6 +65,7 @@ AXES = {
     "B": "batch",
     "T": "seq",
     "D": "embed",
+    "E": "embedding",  # never split: the embeddings are replicated, as D is
     "N": "heads",
     "H": "head_dim",
     "F": "mlp",
@@ -153,17 +156,21 @@ def apply_rope(x_BTNH, cos_BTW, sin_BTW):
 
 
 def embed(emb: Params, ids_BT, positions_BT, cfg: ModelConfig):
-    """Token (+ learned position, + token type 0) embeddings, normed where the model norms them: [B, T, D]."""
-    x_BTD = emb["word_VD"][ids_BT]
+    """Token (+ learned position, + token type 0) embeddings, normed where the model norms them: [B, T, D].
+    Factorised ones (ALBERT's, E wide) are summed and normed as they are, then projected to D."""
+    e = "D" if cfg.embedding_size is None else "E"
+    x = emb[f"word_V{e}"][ids_BT]
     if cfg.embed_scale != 1.0:  # in the embeddings' dtype, as transformers' Gemma3 multiplies
-        x_BTD = x_BTD * jnp.asarray(cfg.embed_scale, x_BTD.dtype)
-    if "position_PD" in emb:
-        x_BTD = x_BTD + emb["position_PD"][positions_BT + cfg.position_offset]
-    if "token_type_D" in emb:
-        x_BTD = x_BTD + emb["token_type_D"]
-    if not cfg.embedding_norm:
-        return x_BTD
-    return layer_norm(x_BTD, emb["ln_scale_D"], emb.get("ln_bias_D"), cfg.norm_eps, cfg.norm_kind)
+        x = x * jnp.asarray(cfg.embed_scale, x.dtype)
+    if f"position_P{e}" in emb:
+        x = x + emb[f"position_P{e}"][positions_BT + cfg.position_offset]
+    if f"token_type_{e}" in emb:
+        x = x + emb[f"token_type_{e}"]
+    if cfg.embedding_norm:
+        x = layer_norm(x, emb[f"ln_scale_{e}"], emb.get(f"ln_bias_{e}"), cfg.norm_eps, cfg.norm_kind)
+    if e == "D":
+        return x
+    return jnp.einsum("bte,ed->btd", x, emb["proj_ED"], precision=MATMUL_PRECISION) + emb["proj_bias_D"]
 
 
 def mlp(x_BTD, layer: Params, cfg: ModelConfig, rules: ShardingRules | None, dense_impl: str):
@@ -380,17 +387,23 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
         return rng.standard_normal(shape, np.float32) * np.float32(scale)
 
     def norm(key: str, letters: str, *lead: int) -> Params:
-        out = {f"{key}_scale_{letters}": np.ones((*lead, D), np.float32)}
-        return out | ({f"{key}_bias_{letters}": np.zeros((*lead, D), np.float32)} if "norm" in cfg.biases else {})
+        width = E if letters.endswith("E") else D
+        out = {f"{key}_scale_{letters}": np.ones((*lead, width), np.float32)}
+        return out | ({f"{key}_bias_{letters}": np.zeros((*lead, width), np.float32)} if "norm" in cfg.biases else {})
 
     def bias(group: str, name: str, *shape: int) -> Params:
         return {name: np.zeros(shape, np.float32)} if group in cfg.biases else {}
 
-    embed = {"word_VD": normal(cfg.vocab_size, D)}
+    e, E = ("D", D) if cfg.embedding_size is None else ("E", cfg.embedding_size)
+    embed = {f"word_V{e}": normal(cfg.vocab_size, E)}
     if cfg.learned_positions and cfg.layer_kinds[0].rope is None:
-        embed["position_PD"] = normal(cfg.max_tokens + cfg.position_offset, D)
+        embed[f"position_P{e}"] = normal(cfg.max_tokens + cfg.position_offset, E)
     if cfg.type_vocab_size:
-        embed["token_type_D"] = normal(D)
+        embed[f"token_type_{e}"] = normal(E)
+    if cfg.embedding_norm:
+        embed |= norm("ln", e)
+    if e == "E":
+        embed |= {"proj_ED": normal(E, D), "proj_bias_D": np.zeros(D, np.float32)}
     if cfg.relative_buckets is not None:
         embed["relative_bias_NR"] = normal(N, cfg.relative_buckets.num_buckets)
     K, X = cfg.kv_heads, N // cfg.kv_heads + 2
@@ -409,5 +422,5 @@ def init_params(cfg: ModelConfig, seed: int = 0, scale: float = 0.02) -> Params:
     layers |= {"down_LFD": normal(L, F, D), **bias("mlp_out", "down_bias_LD", L, D), **norm("ln2", "LD", L)}
     if cfg.norm == "sandwich":
         layers |= {**norm("ln_attn_out", "LD", L), **norm("ln_mlp_out", "LD", L)}
-    params = {"embed": embed | (norm("ln", "D") if cfg.embedding_norm else {}), "layers": layers}
+    params = {"embed": embed, "layers": layers}
     return params | ({"final": norm("ln", "D")} if cfg.norm != "post" else {})

@@ -103,14 +103,24 @@ class Checkpoint:
         return w, b
 
     def embeddings(self, word: str, token_type: str | None, norm: str | None, position: str | None = None) -> dict:
-        """The `embed` group: word (+ learned position, + token type 0) embeddings and their norm (None: none)."""
+        """The `embed` group: word (+ learned position, + token type 0) embeddings and their norm (None: none),
+        hidden_size wide (D), or embedding_size wide (E) where the config factorises them (`embedding_projection`
+        then takes them to D)."""
         c = self.cfg
-        out = {"word_VD": self.get(word + ".weight", (c.vocab_size, c.hidden_size))}
+        e = "D" if c.embedding_size is None else "E"
+        width = c.hidden_size if c.embedding_size is None else c.embedding_size
+        out = {f"word_V{e}": self.get(word + ".weight", (c.vocab_size, width))}
         if position is not None:
-            out["position_PD"] = self.get(position + ".weight", (c.max_tokens + c.position_offset, c.hidden_size))
+            out[f"position_P{e}"] = self.get(position + ".weight", (c.max_tokens + c.position_offset, width))
         if c.type_vocab_size:
-            out["token_type_D"] = self.get(token_type + ".weight", (c.type_vocab_size, c.hidden_size))[0]
-        return out if norm is None else out | self.norm(norm, "ln", "D")
+            out[f"token_type_{e}"] = self.get(token_type + ".weight", (c.type_vocab_size, width))[0]
+        return out if norm is None else out | self.norm(norm, "ln", e)
+
+    def embedding_projection(self, name: str) -> dict[str, np.ndarray]:
+        """ALBERT's projection of the normed embeddings from embedding_size to hidden_size (a Linear with its
+        bias) -> proj_ED, proj_bias_D."""
+        E, D = self.cfg.embedding_size, self.cfg.hidden_size
+        return {"proj_ED": self.get(name + ".weight", (D, E)).T, "proj_bias_D": self.get(name + ".bias", (D,))}
 
     def attention_in(self, q: str, k: str, v: str) -> dict[str, np.ndarray]:
         """Separate Q [N*H, D], K and V [K*H, D] projections -> qkv_LDXKH (one layer's slice) and its bias.
@@ -170,8 +180,9 @@ class Checkpoint:
         return {"down_LFD": w} if b is None else {"down_LFD": w, "down_bias_LD": b}
 
     def norm(self, name: str, key: str, letters: str) -> dict[str, np.ndarray]:
-        """A LayerNorm as `{key}_scale_{letters}` and, where the config has norm biases, `{key}_bias_{letters}`."""
-        D = self.cfg.hidden_size
+        """A LayerNorm as `{key}_scale_{letters}` and, where the config has norm biases, `{key}_bias_{letters}`:
+        over hidden_size, or over embedding_size where `letters` ends in E."""
+        D = self.cfg.embedding_size if letters.endswith("E") else self.cfg.hidden_size
         out = {f"{key}_scale_{letters}": self.get(name + ".weight", (D,))}
         if "norm" in self.cfg.biases:
             out[f"{key}_bias_{letters}"] = self.get(name + ".bias", (D,))

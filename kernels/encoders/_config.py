@@ -158,6 +158,13 @@ class ModelConfig:
     qk_norm: bool = False
     # What the token embeddings are multiplied by (Gemma3: sqrt(hidden_size)), rounded first to their dtype.
     embed_scale: float = 1.0
+    # ALBERT's factorised embeddings: their width E, projected to hidden_size after their norm (`proj_ED`,
+    # `proj_bias_D`); None where they are hidden_size wide.
+    embedding_size: int | None = None
+    # ALBERT's shared layers: the stored layer whose weights each layer runs, one per layer, as the family's
+    # checkpoint names it (ALBERT: "group.layer"); () where every layer has its own. The shared weights are
+    # stacked once per use, so that every family runs one scan body.
+    shared_layers: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.activation not in ACTIVATIONS:
@@ -177,6 +184,8 @@ class ModelConfig:
             )
         if len(self.layer_kinds) != self.num_layers:
             raise ValueError(f"{len(self.layer_kinds)} layer kinds for {self.num_layers} layers")
+        if self.shared_layers and len(self.shared_layers) != self.num_layers:
+            raise ValueError(f"{len(self.shared_layers)} shared layers named for {self.num_layers} layers")
         for kind in self.layer_kinds:
             if kind.window is not None and kind.window >= self.max_tokens:
                 raise UnsupportedModel(

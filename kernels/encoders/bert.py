@@ -54,12 +54,14 @@ def read(ck: Checkpoint) -> Params:
             **ck.norm(p + "output.LayerNorm", "ln2", "LD"),
         }
 
-    return {
-        "embed": ck.embeddings(
-            "embeddings.word_embeddings",
-            "embeddings.token_type_embeddings",
-            "embeddings.LayerNorm",
-            position="embeddings.position_embeddings",
-        ),
-        "layers": ck.stack([layer(i) for i in range(cfg.num_layers)]),
-    }
+    return {"embed": embeddings(ck), "layers": ck.stack([layer(i) for i in range(cfg.num_layers)])}
+
+
+def embeddings(ck: Checkpoint) -> dict[str, np.ndarray]:
+    """BertEmbeddings' tensors (word, position, token type, LayerNorm): BERT's, XLM-RoBERTa's and ALBERT's."""
+    return ck.embeddings(
+        "embeddings.word_embeddings",
+        "embeddings.token_type_embeddings",
+        "embeddings.LayerNorm",
+        position="embeddings.position_embeddings",
+    )

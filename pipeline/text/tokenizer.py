@@ -36,13 +36,33 @@ class BertSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AlbertNormalizer:
+    """What transformers 5's AlbertTokenizer normalises before SentencePiece's character map: `` and '' to ",
+    then NFKD and StripAccents unless keep_accents, then Lowercase where do_lower_case (its defaults here)."""
+
+    keep_accents: bool = False
+    lowercase: bool = True
+
+    def normalizers(self) -> list:
+        accents = [] if self.keep_accents else [normalizers.NFKD(), normalizers.StripAccents()]
+        return [
+            normalizers.Replace("``", '"'),
+            normalizers.Replace("''", '"'),
+            *accents,
+            *([normalizers.Lowercase()] if self.lowercase else []),
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
 class SentencePieceSplit:
-    """How transformers 5's T5Tokenizer and XLMRobertaTokenizer split text, whatever tokenizer.json says: of its
-    normalizers only SentencePiece's Precompiled character map (the Replace of repeated spaces, or the NFKC, that
-    the file may also hold goes), then a split on white space and Metaspace. Files that split with Metaspace
-    alone give trailing white space a '▁' token and keep tabs and newlines inside words."""
+    """How transformers 5's T5Tokenizer, XLMRobertaTokenizer, CamembertTokenizer and AlbertTokenizer split text,
+    whatever tokenizer.json says: of its normalizers only SentencePiece's Precompiled character map (the Replace
+    of repeated spaces, or the NFKC, that the file may also hold goes), AlbertTokenizer's own before it, then a
+    split on white space and Metaspace. Files that split with Metaspace alone give trailing white space a '▁'
+    token and keep tabs and newlines inside words."""
 
     add_prefix_space: bool = True  # a '▁' before every word (Metaspace's prepend_scheme "always"), else none
+    albert: AlbertNormalizer | None = None  # AlbertTokenizer's normalizers before the character map
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,7 +230,11 @@ def _resplit(tok: HFTokenizer, split: BertSettings | SentencePieceSplit | ByteLe
         return ""
     before = _pipeline(tok)
     if isinstance(split, SentencePieceSplit):
-        tok.normalizer = next((n for n in _parts(tok.normalizer) if isinstance(n, normalizers.Precompiled)), None)
+        character_map = [n for n in _parts(tok.normalizer) if isinstance(n, normalizers.Precompiled)][:1]
+        if split.albert is None:
+            tok.normalizer = next(iter(character_map), None)
+        else:
+            tok.normalizer = normalizers.Sequence([*split.albert.normalizers(), *character_map])
         scheme = "always" if split.add_prefix_space else "never"
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
@@ -222,6 +246,8 @@ def _resplit(tok: HFTokenizer, split: BertSettings | SentencePieceSplit | ByteLe
             "SentencePiece split: the file's Precompiled normalizer alone, WhitespaceSplit then Metaspace, "
             f"prepend_scheme {scheme}"
         )
+        if split.albert is not None:  # appended, so that the other classes' fingerprints stay as they were
+            change += f"; AlbertTokenizer's normalizers before it, {json.dumps(dataclasses.asdict(split.albert))}"
     elif isinstance(split, ByteLevelSplit):
         for part in _parts(tok.pre_tokenizer):
             if isinstance(part, pre_tokenizers.ByteLevel):

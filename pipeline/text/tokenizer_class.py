@@ -4,15 +4,17 @@ tokenizer.json's normalizer and pre-tokenizer (`TOKENIZER_BUILDS`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pipeline.errors import ModelError
-from pipeline.text.tokenizer import BertSettings, ByteLevelSplit, SentencePieceSplit
+from pipeline.text.tokenizer import AlbertNormalizer, BertSettings, ByteLevelSplit, SentencePieceSplit
 
 # How transformers 5 builds each tokenizer class from tokenizer.json. A class with an __init__ of its own is
 # given the file's vocabulary, post-processor and Precompiled character map alone, and sets its normalizer and
 # pre-tokenizer itself (TokenizersBackend.convert_to_native_format):
-#   "sentencepiece": a split on white space before Metaspace (`SentencePieceSplit`);
+#   "sentencepiece": a split on white space before Metaspace (`SentencePieceSplit`), AlbertTokenizer's after
+#                    normalizers of its own (`AlbertNormalizer`);
 #   "bert": a BertNormalizer from tokenizer_config.json and BertPreTokenizer (`BertSettings`);
 #   "bytelevel": the pipeline its family's hub files hold (RobertaTokenizer: ByteLevel; Qwen2Tokenizer: NFC, its
 #                split, ByteLevel), with the ByteLevel's add_prefix_space its own (`ByteLevelSplit`);
@@ -24,6 +26,7 @@ TOKENIZER_BUILDS = {
     "T5Tokenizer": "sentencepiece",
     "XLMRobertaTokenizer": "sentencepiece",
     "CamembertTokenizer": "sentencepiece",
+    "AlbertTokenizer": "sentencepiece",
     "BertTokenizer": "bert",
     "DistilBertTokenizer": "bert",
     "MPNetTokenizer": "bert",
@@ -46,6 +49,7 @@ AUTO_TOKENIZERS = {
     "gte": "XLMRobertaTokenizer",
     "roberta": "RobertaTokenizer",
     "camembert": "CamembertTokenizer",
+    "albert": "AlbertTokenizer",
     "t5": "T5Tokenizer",
     "mt5": "T5Tokenizer",
     "qwen2": "Qwen2Tokenizer",
@@ -62,6 +66,7 @@ OWN_CLASS_WINS = frozenset({"qwen2", "modernbert", "mistral"})
 # The class Llama models name, which sets a Metaspace split of its own (not mirrored here: refused). AutoTokenizer
 # loads the generic class in its place where tokenizer.json is byte-level, Llama 3's layout under the old name.
 LLAMA_TOKENIZER = "LlamaTokenizer"
+ALBERT_TOKENIZER = "AlbertTokenizer"  # a SentencePiece split with normalizers of its own (`AlbertNormalizer`)
 # tokenizer_config.json's key -> BertSettings' field
 BERT_SETTINGS = {
     "do_lower_case": "lowercase",
@@ -69,12 +74,14 @@ BERT_SETTINGS = {
     "tokenize_chinese_chars": "handle_chinese_chars",
 }
 # The classes that build their pre-tokenizer with the loader's add_prefix_space, whose defaults are
-# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's and CamembertTokenizer's Metaspace prepends
-# '▁' to every word or to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space before the text or
-# not. T5Tokenizer always prepends, whatever it says.
-PREFIX_SPACE_CLASSES = frozenset({"XLMRobertaTokenizer", "CamembertTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"})
+# `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's, CamembertTokenizer's and AlbertTokenizer's
+# Metaspace prepends '▁' to every word or to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space
+# before the text or not. T5Tokenizer always prepends, whatever it says.
+PREFIX_SPACE_CLASSES = frozenset(
+    {"XLMRobertaTokenizer", "CamembertTokenizer", "AlbertTokenizer", "RobertaTokenizer", "Qwen2Tokenizer"}
+)
 # The loader's keys that the classes here read: where tokenizer_args set them, docembed applies them.
-SETTINGS = (*BERT_SETTINGS, "add_prefix_space")
+SETTINGS = (*BERT_SETTINGS, "add_prefix_space", "keep_accents")
 
 
 def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePieceSplit | ByteLevelSplit | None:
@@ -99,7 +106,8 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
     if build == "file":
         return None
     kind = SentencePieceSplit if build == "sentencepiece" else ByteLevelSplit
-    return kind(_add_prefix_space(path, loader, kind.add_prefix_space)) if name in PREFIX_SPACE_CLASSES else kind()
+    made = kind(_add_prefix_space(path, loader, kind.add_prefix_space)) if name in PREFIX_SPACE_CLASSES else kind()
+    return dataclasses.replace(made, albert=_albert_normalizer(path, loader)) if name == ALBERT_TOKENIZER else made
 
 
 def _tokenizer_class(path: Path, config: dict, loader: dict) -> str:
@@ -137,6 +145,16 @@ def _bert_settings(path: Path, loader: dict) -> BertSettings:
             raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
         settings[field] = value
     return BertSettings(**settings)
+
+
+def _albert_normalizer(path: Path, loader: dict) -> AlbertNormalizer:
+    """What AlbertTokenizer normalises with, from the loader's keep_accents and do_lower_case (its defaults: false
+    and true)."""
+    settings = {"keep_accents": loader.get("keep_accents", False), "lowercase": loader.get("do_lower_case", True)}
+    for key, value in settings.items():
+        if not isinstance(value, bool):
+            raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
+    return AlbertNormalizer(**settings)
 
 
 def _add_prefix_space(path: Path, loader: dict, default: bool) -> bool:

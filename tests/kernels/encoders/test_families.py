@@ -34,6 +34,7 @@ from support import FAMILY_FIXTURES
 
 NAMES = sorted(p.stem for p in FAMILY_FIXTURES.glob("*.npz"))
 FAMILY_OF = {
+    "albert": "albert",
     "bert": "bert",
     "distilbert": "distilbert",
     "xlm": "xlm-roberta",
@@ -324,6 +325,7 @@ def test_the_relative_bias_shows_in_the_fixture(name):
     "name, family",
     [
         ("gte-new-ntk", "gte"),
+        ("albert-shared-groups", "albert"),
         ("camembert-mlm-prefix", "xlm-roberta"),
         ("t5-encoder-st", "t5"),
         ("t5-v11-model", "t5"),
@@ -375,6 +377,26 @@ def test_t5_reads_either_name_of_its_tied_embeddings_and_never_the_decoder(tmp_p
         save_file({k: v for k, v in tensors.items() if not k.startswith(dropped)}, str(path / "model.safetensors"))
         got = model_dir.load_params(model_dir.resolve(str(path)))
         jax.tree.map(np.testing.assert_array_equal, got, load(name).params)
+
+
+def test_albert_runs_its_groups_shared_over_projected_embeddings(tmp_path):
+    """albert-shared-groups: 4 steps over 2 groups of 2 layers, so 8 layers deep and 4 stored, each step running
+    its group's layers in order (the fixture's hidden states hold docembed to that), over 16-wide embeddings
+    projected to 32. A config that names fewer groups, or fewer layers a group, than the weights hold would run
+    the model shallower than trained: refused by the driver's check and the load alike."""
+    m = load("albert-shared-groups")
+    arch = m.spec.arch
+    assert (arch.num_layers, arch.embedding_size, arch.hidden_size) == (8, 16, 32)
+    assert arch.shared_layers == ("0.0", "0.1", "0.0", "0.1", "1.0", "1.1", "1.0", "1.1")
+    up = m.params["layers"]["up_LDF"]
+    np.testing.assert_array_equal(up[0], up[2])
+    assert not np.array_equal(up[0], up[4])
+    assert m.params["embed"]["proj_ED"].shape == (16, 32)
+    for key in ("num_hidden_groups", "inner_group_num"):
+        path = broken_copy(tmp_path / key, "albert-shared-groups")
+        config = json.loads((path / "config.json").read_text())
+        (path / "config.json").write_text(json.dumps(config | {key: 1}))
+        assert re.search(r"hold 'encoder.albert_layer_groups.\d.albert_layers.\d.ffn.weight', past the", refusal(path))
 
 
 def test_qwen3_attends_causally_with_grouped_kv_heads_and_normed_q_and_k():
@@ -604,7 +626,7 @@ def test_an_unknown_model_type_names_the_supported_ones(tmp_path):
     assert str(e.value) == (
         "model_type 'bart' (architectures ['BartModel']) is not supported; supported "
         "model_types: bert, distilbert, xlm-roberta, roberta, camembert, mpnet, modernbert, nomic_bert, gte, new, t5, "
-        "mt5, qwen3, qwen2, mistral, llama, gemma3_text"
+        "mt5, qwen3, qwen2, mistral, llama, gemma3_text, albert"
     )
     path = broken_copy(tmp_path, "bert-pooler")
     (path / "config.json").write_text(json.dumps({"model_type": "bart"}))

@@ -23,6 +23,7 @@ FIXTURES = REPO / "tests" / "fixtures" / "families"
 # a family's other fixtures differ in how they load and pool, which a mesh does not touch, and test_families.py
 # holds each of them to transformers. With all 18 fixtures, this file's child took 128 s of the suite's time.
 NAMES = [
+    "albert-shared-groups",
     "bert-pooling-modes",
     "distilbert-dense",
     "gemma3-embedding",
