@@ -294,7 +294,7 @@ def attention(
 
     relative_bias (`RelativeBias`: a table [N, num_buckets], per query head, and its `RelativeBuckets`) adds
     table[n, bucket(s - t)] to the scaled score of query t and key s, in row positions (MPNet's T5-style
-    bias); only reference and blockwise take it.
+    bias); reference, blockwise and pallas take it.
 
     causal: query t sees no key s > t (row positions; with segment ids, the earlier tokens of its own
     sequence, which packing lays out in row order), as a decoder run as an encoder attends (Qwen3). Every

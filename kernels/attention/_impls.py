@@ -18,8 +18,9 @@ PLATFORMS: dict[str, frozenset[str] | None] = {  # None: every platform
 }
 IMPLS = tuple(PLATFORMS)
 # The implementations that add a relative position bias (MPNet's, T5's): the plain-JAX ones, which gather it per
-# tile. The others' scores live inside kernels that take no additive term.
-RELATIVE_BIAS_IMPLS = frozenset({"reference", "blockwise"})
+# tile, and this project's Pallas kernel, which reads it as whole tiles. JAX's kernels' scores live inside kernels
+# that take no additive term.
+RELATIVE_BIAS_IMPLS = frozenset({"reference", "blockwise", "pallas"})
 
 
 def runs_on(impl: str, platform: str) -> bool:

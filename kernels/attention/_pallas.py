@@ -14,6 +14,13 @@ most of what skipping saves there (bench/attention.py --masks).
 
 Grouped-query attention (K key/value heads for N query heads): the program of query
 head n reads key/value head n // (N / K); k and v are never repeated.
+
+A relative position bias (MPNet's, T5's) comes as whole tiles, computed once outside
+the kernel: with query and key tiles of one size b, the distance of element (r, c)
+of tile (i, j) is (j - i) * b + c - r, so a tile's bias depends only on j - i, and
+past R tiles off the diagonal every distance is beyond max_distance and shares the
+last bucket. Each program reads its head's 2R + 1 tiles [b, b] and picks one per key
+tile: no gather inside the kernel, which Mosaic and Triton lower as a plain index.
 """
 
 import dataclasses
@@ -26,7 +33,8 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as pltriton
 
 from kernels.attention import _online_softmax, _platform
-from kernels.attention._masking import key_block_ranges, pad_seq, visible
+from kernels.attention._buckets import RelativeBias
+from kernels.attention._masking import bias_by_distance, key_block_ranges, pad_seq, visible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,16 +53,29 @@ class PallasBlocks:
 
 
 def _flash_kernel(
-    scalars_ref, q_ref, k_ref, v_ref, *refs, scale: float, block_k: int, window: int | None, causal: bool
+    scalars_ref,
+    q_ref,
+    k_ref,
+    v_ref,
+    *refs,
+    scale: float,
+    block_k: int,
+    window: int | None,
+    causal: bool,
+    bias_reach: int | None,
 ):
     """scalars_ref [B, T / block_q, 3] (whole), q_ref and o_ref [block_q, H], k_ref
     and v_ref [S, H] (the whole padded sequence); with segment ids, refs starts
-    with this tile's query ids [block_q, 1] and the row's key ids [1, S]."""
+    with this tile's query ids [block_q, 1] and the row's key ids [1, S]; with a
+    relative bias (`bias_reach` R), this head's bias tiles [>= 2R + 1, block_q, block_k]
+    come next (`_bias_tiles`)."""
     *segment_refs, o_ref = refs
+    bias_ref = None if bias_reach is None else segment_refs.pop()
     q = q_ref[...]
     block_q = q.shape[0]
-    first, end, length = (scalars_ref[pl.program_id(0), pl.program_id(2), n] for n in range(3))
-    q_positions = pl.program_id(2) * block_q + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
+    q_tile = pl.program_id(2)
+    first, end, length = (scalars_ref[pl.program_id(0), q_tile, n] for n in range(3))
+    q_positions = q_tile * block_q + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 0)
     q_segments = segment_refs[0][...] if segment_refs else None
 
     def fold_block(j, state):
@@ -63,7 +84,10 @@ def _flash_kernel(
         k_positions = start + jax.lax.broadcasted_iota(jnp.int32, (block_q, block_k), 1)
         k_segments = segment_refs[1][:, keys] if segment_refs else None
         valid = visible(q_positions, k_positions, length, q_segments, k_segments, window, causal)
-        return _online_softmax.step(state, q, k_ref[keys, :], v_ref[keys, :], valid, scale)
+        bias = None
+        if bias_ref is not None:  # the tile j - i off the diagonal, the farthest for all beyond
+            bias = bias_ref[jnp.clip(j - q_tile, -bias_reach, bias_reach) + bias_reach]
+        return _online_softmax.step(state, q, k_ref[keys, :], v_ref[keys, :], valid, scale, bias=bias)
 
     state = jax.lax.fori_loop(first, end, fold_block, _online_softmax.init(q))
     o_ref[...] = _online_softmax.finish(state).astype(o_ref.dtype)
@@ -75,6 +99,20 @@ def _compiler_params(platform: str, head_dim: int):
     if platform == "gpu":
         return pltriton.CompilerParams(num_warps=4 if head_dim <= 64 else 8, num_stages=2)
     return None
+
+
+def _bias_tiles(bias: RelativeBias, block: int) -> tuple[jax.Array, int]:
+    """float32 [N, P, block, block] and R: tile o holds the bias of query tile i and key tile j for
+    j - i = o - R (tiles of one size), for o up to 2R, beyond which every distance is past max_distance; P
+    is 2R + 1 rounded up to a power of two, as Triton loads blocks (the tiles past 2R are never read)."""
+    by_distance_ND = bias_by_distance(bias)
+    max_distance = by_distance_ND.shape[1] // 2
+    # |j - i| >= R: the nearest pair of the two tiles, (|j - i| - 1) * block + 1 apart, at least max_distance.
+    reach = -(-(max_distance + block - 1) // block)
+    offsets = jnp.arange(-reach, pl.next_power_of_2(2 * reach + 1) - reach)
+    rows, cols = jnp.arange(block)[:, None], jnp.arange(block)[None, :]
+    distances = offsets[:, None, None] * block + cols - rows
+    return by_distance_ND[:, jnp.clip(distances, -max_distance, max_distance) + max_distance], reach
 
 
 def _tile(size: int, block: int) -> int:
@@ -95,9 +133,10 @@ def pallas_attention(
     causal: bool = False,
     blocks: PallasBlocks | None = None,
     platform: str | None = None,
+    bias: RelativeBias | None = None,
 ) -> jax.Array:
     """q 'BTNH', k and v 'BSKH' (K dividing N), kv_lengths [B], segment_ids [B, T] or None -> 'BTNH' in
-    q's dtype.
+    q's dtype. `bias`: a relative position bias added to the scaled scores, per query head.
 
     `platform` defaults to the one being traced for; pass it to lower for another
     (e.g. to check the Mosaic or Triton lowering on a CPU host). `blocks` defaults
@@ -107,6 +146,8 @@ def pallas_attention(
     blocks = blocks or PallasBlocks.for_platform(platform)
     batch, q_seq, heads, head_dim = q.shape
     block_q, block_k = _tile(q_seq, blocks.block_q), _tile(k.shape[1], blocks.block_k)
+    if bias is not None:  # the bias tiles follow the diagonal of square tiles
+        block_q = block_k = min(block_q, block_k)
     # Whole tiles only: padded queries are sliced off, padded keys lie beyond every
     # kv_length and are masked.
     q_bnth = pad_seq(q, block_q).transpose(0, 2, 1, 3)
@@ -144,8 +185,16 @@ def pallas_attention(
             pl.BlockSpec((None, 1, kv_seq), lambda b, n, i: (b, 0, 0)),
         ]
         operands += [pad_seq(segment_ids, block_q)[:, :, None], pad_seq(segment_ids, block_k)[:, None, :]]
+    reach = None
+    if bias is not None:
+        tiles, reach = _bias_tiles(bias, block_q)
+        in_specs.append(pl.BlockSpec((None, *tiles.shape[1:]), lambda b, n, i: (n, 0, 0, 0)))
+        operands.append(tiles)
+    kernel = functools.partial(
+        _flash_kernel, scale=scale, block_k=block_k, window=window, causal=causal, bias_reach=reach
+    )
     out = pl.pallas_call(
-        functools.partial(_flash_kernel, scale=scale, block_k=block_k, window=window, causal=causal),
+        kernel,
         # Varying over the same mesh axes as q when called inside jax.shard_map.
         out_shape=jax.ShapeDtypeStruct(q_bnth.shape, q.dtype, manual_axis_type=jax.typeof(q_bnth).manual_axis_type),
         grid=(batch, heads, q_blocks),

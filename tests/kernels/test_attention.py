@@ -12,7 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from kernels.attention import RelativeBias, RelativeBuckets, attention, available_impls, tpu_interpret_mode
+from kernels.attention import (
+    RELATIVE_BIAS_IMPLS,
+    RelativeBias,
+    RelativeBuckets,
+    attention,
+    available_impls,
+    tpu_interpret_mode,
+)
 from kernels.attention._blockwise import BlockwiseBlocks, blockwise_attention
 from kernels.attention._masking import key_block_ranges
 from kernels.attention._pallas import PallasBlocks, pallas_attention
@@ -328,20 +335,26 @@ def with_bias(table):
     return RelativeBias(table, RelativeBuckets(32, 128))
 
 
-@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+def _bias_cases() -> list:
+    """The implementations that add a relative position bias, natively and under TPU interpret mode."""
+    return [case for case in _cases() if case.values[0] in RELATIVE_BIAS_IMPLS]
+
+
+@pytest.mark.parametrize("impl, emulated", _bias_cases())
 @pytest.mark.parametrize("dtype, window", [(jnp.float32, None), (jnp.float32, 5), (jnp.bfloat16, 40)])
-def test_relative_bias_with_segments_window_and_padding(seeded_rng, impl, dtype, window):
+def test_relative_bias_with_segments_window_and_padding(seeded_rng, impl, emulated, dtype, window):
     """200 tokens, not a whole number of blocks; packed rows, one with scattered ids; all 200 apart and more
     than 128, where distances share the last bucket."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, dtype)
     lengths = jnp.asarray([200, 200, 150, 61], jnp.int32)
     table = bias_table(seeded_rng, dtype=dtype)
-    out = run(impl, False, q, k, v, lengths, segment_ids=segments, window=window, relative_bias=with_bias(table))
+    bias = with_bias(table)
+    out = run(impl, emulated, q, k, v, lengths, segment_ids=segments, window=window, relative_bias=bias)
     what = f"{impl} relative bias window {window} {dtype.__name__}"
     check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window, bias=table)
 
 
-@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+@pytest.mark.parametrize("impl", sorted(RELATIVE_BIAS_IMPLS))
 def test_relative_bias_in_cross_attention_and_padding(seeded_rng, impl):
     """Queries and keys of different odd lengths, rows of no keys and of one."""
     q, k, v, lengths = make_inputs(seeded_rng, 5, 75, 301, 3, 16, jnp.float32)
@@ -351,13 +364,15 @@ def test_relative_bias_in_cross_attention_and_padding(seeded_rng, impl):
 
 
 @pytest.mark.parametrize("window", [None, 7], ids=["full", "window7"])
-def test_relative_bias_over_many_small_blocks(seeded_rng, window):
-    """The bias gathered per tile: tiles far off the diagonal, skipped blocks, sequences across block edges."""
+@small_block_kernels
+def test_relative_bias_over_many_small_blocks(seeded_rng, kernel, window):
+    """The bias per tile (gathered by blockwise, a whole tile by pallas, whose tiles are then square): tiles far
+    off the diagonal, past max_distance, skipped blocks, sequences across block edges."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32)
     table = bias_table(seeded_rng)
-    kernel = lambda *a: SMALL_BLOCKS["blockwise"](*a, scale=32**-0.5, window=window, bias=with_bias(table))  # noqa: E731
-    out = jax.jit(kernel)(q, k, v, lengths, segments)
-    what = f"blockwise small blocks relative bias window {window}"
+    bias = with_bias(table)
+    out = jax.jit(lambda *a: kernel(*a, scale=32**-0.5, window=window, bias=bias))(q, k, v, lengths, segments)
+    what = f"small blocks relative bias window {window}"
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=window, bias=table)
 
 
@@ -464,7 +479,7 @@ def test_grouped_query_heads_causal_with_segments_and_padding(seeded_rng, impl, 
     check(out, q, k, v, lengths, 32**-0.5, dtype, what, segment_ids=segments, window=window, causal=True)
 
 
-@pytest.mark.parametrize("impl", ["reference", "blockwise"])
+@pytest.mark.parametrize("impl", sorted(RELATIVE_BIAS_IMPLS))
 def test_grouped_query_heads_with_a_relative_bias(seeded_rng, impl):
     """The bias table stays per query head: each of a group's heads adds its own row, over its shared keys."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32, heads=6, kv_heads=2)
@@ -478,12 +493,11 @@ def test_grouped_query_heads_with_a_relative_bias(seeded_rng, impl):
 @pytest.mark.parametrize("kernel", list(SMALL_BLOCKS))
 def test_grouped_query_heads_over_many_small_blocks(seeded_rng, kernel, heads):
     """A group's query heads folded into the rows of a query tile (blockwise) or reading their K/V head
-    (pallas), across many tiles: skipped ones, sequences across block edges, a window; blockwise with a
-    relative bias, gathered per query head and tile."""
+    (pallas), across many tiles: skipped ones, sequences across block edges, a window, a relative bias per
+    query head and tile."""
     q, k, v, lengths, segments = packed_inputs(seeded_rng, 200, jnp.float32, heads=heads[0], kv_heads=heads[1])
     masks = dict(scale=32**-0.5, window=7, causal=True)
-    table = bias_table(seeded_rng, heads=heads[0]) if kernel == "blockwise" else None
-    bias = {} if table is None else {"bias": with_bias(table)}
-    out = jax.jit(lambda *a: SMALL_BLOCKS[kernel](*a, **masks, **bias))(q, k, v, lengths, segments)
+    table = bias_table(seeded_rng, heads=heads[0])
+    out = jax.jit(lambda *a: SMALL_BLOCKS[kernel](*a, **masks, bias=with_bias(table)))(q, k, v, lengths, segments)
     what = f"{kernel} {heads} heads small blocks"
     check(out, q, k, v, lengths, 32**-0.5, jnp.float32, what, segment_ids=segments, window=7, bias=table, causal=True)

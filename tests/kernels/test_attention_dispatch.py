@@ -192,9 +192,11 @@ LOWERING_MASKS = {
     "segments-window": dict(segments=True, window=64),
     "grouped-causal": dict(segments=True, kv_heads=1, causal=True),
 }
+# The project's kernel adds a relative position bias too; JAX's TPU kernels do not.
+PALLAS_LOWERING_MASKS = LOWERING_MASKS | {"segments-relative-bias": dict(segments=True, relative=True)}
 
 
-@pytest.mark.parametrize("masks", list(LOWERING_MASKS.values()), ids=list(LOWERING_MASKS))
+@pytest.mark.parametrize("masks", list(PALLAS_LOWERING_MASKS.values()), ids=list(PALLAS_LOWERING_MASKS))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("platform", ["tpu", "gpu"])
 def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype, masks):
@@ -204,9 +206,11 @@ def test_pallas_kernel_lowers_for_tpu_and_gpu(platform, dtype, masks):
     kv, lengths = kv_spec(q, masks.get("kv_heads")), jax.ShapeDtypeStruct((2,), jnp.int32)
     segments = jax.ShapeDtypeStruct((2, 200), jnp.int32) if masks else None
     window, causal = masks.get("window"), masks.get("causal", False)
+    table = jnp.zeros((q.shape[2], 32)) if masks.get("relative") else None
+    bias = None if table is None else RelativeBias(table, RelativeBuckets())
     fn = jax.jit(
         lambda q, k, v, l, s: pallas_attention(
-            q, k, v, l, s, scale=0.125, window=window, causal=causal, platform=platform
+            q, k, v, l, s, scale=0.125, window=window, causal=causal, platform=platform, bias=bias
         )
     )
     lowered = fn.trace(q, kv, kv, lengths, segments).lower(
@@ -313,26 +317,26 @@ def test_inside_shard_map_with_heads_split():
 
 
 def test_a_relative_bias_is_refused_by_the_kernels_without_one(pretend_gpu):
-    for impl in ("pallas", "cudnn"):
-        with pytest.raises(
-            ValueError,
-            match=f"'{impl}' cannot run here: it adds no relative position bias \\(MPNet's, T5's\\); blockwise and "
-            "reference do. Can run here: reference, blockwise",
-        ):
-            trace(impl, relative=True, dtype=jnp.bfloat16)
+    with pytest.raises(
+        ValueError,
+        match="'cudnn' cannot run here: it adds no relative position bias \\(MPNet's, T5's\\); blockwise and "
+        "pallas and reference do. Can run here: reference, blockwise, pallas",
+    ):
+        trace("cudnn", relative=True, dtype=jnp.bfloat16)
 
 
-@pytest.mark.parametrize("where", ["cpu", "gpu", "tpu"])
-def test_auto_with_a_relative_bias_picks_blockwise_without_a_warning(fresh_log, monkeypatch, where):
-    """The kernels that cannot add the bias are not tried, so nothing falls back; short rows stay on XLA."""
+@pytest.mark.parametrize("where, picked", [("cpu", "blockwise"), ("gpu", "pallas"), ("tpu", "pallas")])
+def test_auto_with_a_relative_bias_picks_a_kernel_that_adds_it_without_a_warning(fresh_log, monkeypatch, where, picked):
+    """The kernels that cannot add the bias (JAX's TPU kernels, cuDNN) are not tried, so nothing falls back; the
+    project's Pallas kernel can, on a GPU or TPU; short rows stay on XLA."""
     monkeypatch.setattr(_platform, "platform", lambda: where)
     trace(seq=1024, dtype=jnp.bfloat16, segments=True, relative=True)
     trace(seq=64, dtype=jnp.bfloat16, segments=True, relative=True)
     messages = [r.getMessage() for r in fresh_log.records]
     assert all(r.levelno == logging.INFO for r in fresh_log.records), messages
-    assert messages[0].endswith("segment ids, relative position bias: using 'blockwise'"), messages
+    assert messages[0].endswith(f"segment ids, relative position bias: using {picked!r}"), messages
     assert messages[1].endswith("using 'reference'"), messages
-    assert {"impl": "blockwise", "relative_bias": True}.items() <= _dispatch.ran()[-2].items()
+    assert {"impl": picked, "relative_bias": True}.items() <= _dispatch.ran()[-2].items()
     assert {"impl": "reference", "relative_bias": True}.items() <= _dispatch.ran()[-1].items()
 
 

@@ -298,11 +298,14 @@ def test_mpnet_positions_start_after_pad_id_1_and_its_bias_has_32_buckets():
     assert encoders.config_from_hf(config | {"pad_token_id": 0}).position_offset == 2
 
 
-@pytest.mark.parametrize("name", ["mpnet-base", "mpnet-mlm-prefix"])
-def test_the_embedder_gives_transformers_embeddings_for_mpnet(name):
-    """The whole load path: MPNetTokenizer's settings from tokenizer_config.json, packed rows, auto attention."""
+@pytest.mark.parametrize(
+    "name, attention", [("mpnet-base", "auto"), ("mpnet-mlm-prefix", "auto"), ("mpnet-base", "pallas")]
+)
+def test_the_embedder_gives_transformers_embeddings_for_mpnet(name, attention):
+    """The whole load path: MPNetTokenizer's settings from tokenizer_config.json, packed rows, auto attention,
+    and the Pallas kernel with the relative bias as whole tiles."""
     m = load(name)
-    got = Embedder.load(str(FAMILY_FIXTURES / name)).embed(m.texts())
+    got = Embedder.load(str(FAMILY_FIXTURES / name), attention=attention).embed(m.texts())
     for i, want in enumerate(m.ref["pooled"]):
         assert cosine(got[i], want) >= COSINE, (name, i)
 

@@ -180,14 +180,6 @@ def test_what_cannot_run_here_fails_at_load_as_the_job_refuses_it(options, messa
         Embedder.load(**options)
 
 
-def test_an_attention_without_a_relative_bias_is_refused_for_mpnet_at_load():
-    mpnet = Path(__file__).resolve().parents[2] / "fixtures" / "families" / "mpnet-base"
-    with pytest.raises(
-        ConfigError, match="--attention pallas adds no relative position bias, which model .*mpnet-base .mpnet. has"
-    ):
-        Embedder.load(str(mpnet), attention="pallas")
-
-
 def test_a_prompt_that_leaves_the_window_no_room_is_refused(embedder):
     with pytest.raises(ConfigError, match="the special tokens and the prompt 'many words' take 4 tokens"):
         Embedder.load(max_tokens=4).embed(["text"], prompt="many words")

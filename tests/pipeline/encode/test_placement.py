@@ -85,15 +85,16 @@ def test_a_mesh_or_attention_the_encoder_hosts_cannot_run_is_refused_from_the_no
 
 
 def test_an_attention_without_the_models_relative_bias_is_refused_from_its_config():
-    """MPNet's bias runs on reference and blockwise only: a TPU kernel named for it ends the job on the driver."""
+    """MPNet's bias runs on reference, blockwise and pallas only: a TPU kernel of JAX's named for it ends the job
+    on the driver."""
     mpnet = model_dir.resolve(str(FAMILY_FIXTURES / "mpnet-base"))
     tpu = place_encoders("auto", [node(TPU=4)], cpu_actors=None, cpu_per_actor=1)
-    for attention in ("auto", "blockwise", "reference"):
+    for attention in ("auto", "blockwise", "reference", "pallas"):
         check_encoders(tpu, EncoderConfig(attention=attention), mpnet)
     with pytest.raises(
         ConfigError,
         match="--attention tpu_splash adds no relative position bias, which model .*mpnet-base .mpnet. has; "
-        "these can: auto, reference, blockwise$",
+        "these can: auto, reference, blockwise, pallas$",
     ):
         check_encoders(tpu, EncoderConfig(attention="tpu_splash"), mpnet)
     check_encoders(tpu, EncoderConfig(attention="tpu_splash"), MINILM)
