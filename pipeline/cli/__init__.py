@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from typing import NoReturn
 
-from pipeline.run.shutdown import Interrupted, stop
+from pipeline.run.shutdown import SIGNALS, Interrupted, raise_if_stopped, stop, stop_delivered
 
 # Each command, what it does: its code is pipeline.cli.<command>.main(argv, prog).
 COMMANDS = {
@@ -72,10 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     command = parser.parse_args(argv[:1]).command
     # A stop while the command starts (its imports, Ray's) is one line too, as one during the run is.
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:  # ignored from the start, it stays so (`interruptible`)
-        signal.signal(signal.SIGTERM, stop)
+    for s in SIGNALS:
+        if signal.getsignal(s) is not signal.SIG_IGN:  # ignored from the start, it stays so (`interruptible`)
+            signal.signal(s, stop)
     try:
-        return importlib.import_module(f"pipeline.cli.{command}").main(argv[1:], prog=f"docembed {command}")
+        module = importlib.import_module(f"pipeline.cli.{command}")
+        raise_if_stopped()  # a stop that an import swallowed (`pipeline.run.shutdown`)
+        return module.main(argv[1:], prog=f"docembed {command}")
     except KeyboardInterrupt:
         return stopped(Interrupted(signal.SIGINT))
     except Interrupted as e:
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def stopped(e: Interrupted) -> int:
     """Says in one line that the command was stopped, and what it left; the exit code a shell gives for the signal."""
+    stop_delivered()
     if e.output_begun:
         print(f"docembed: {e}; finished groups are kept: rerun the same command to resume", file=sys.stderr)
     else:

@@ -50,7 +50,7 @@ from pipeline.run.console import configure_ray_data, progress_shown, ray_init_ar
 from pipeline.run.feed import RecordedInputs, Recorder, Window, in_flight_groups, read_recorded
 from pipeline.run.listing_feed import STALL_SECONDS, ListingFailed
 from pipeline.run.report import ProgressLine, RunReport, startup
-from pipeline.run.shutdown import Interrupted, interruptible
+from pipeline.run.shutdown import Interrupted, interruptible, raise_if_stopped
 from pipeline.run.stage_clock import Flow
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.run.stderr_filter import known_ray_noise_dropped
@@ -183,6 +183,7 @@ def run(cfg: JobConfig) -> RunReport | None:
     own = own_files(tree(cfg.output))
     listing = _listing_with_documents(cfg.inputs, own)
     sink.check_writable(cfg.output)
+    raise_if_stopped()  # a stop swallowed by an import above: before the output's lease, nothing is written
     with held_alone(cfg.output) as still_held:
         if _finished_before_ray(cfg, spec, chunking, extract):
             return None

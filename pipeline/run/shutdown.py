@@ -42,11 +42,29 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+# The stop a signal handler raised, until it ends the run. Python runs a handler between any two bytecodes, so
+# its exception can land in code that swallows it: an extension module's import hook prints "Exception ignored"
+# for it and the import goes on. Without this the command would run to its end, further signals ignored.
+_raised: list[Interrupted] = []
+
+
 def stop(signum, frame) -> None:
     """A signal handler: raises Interrupted, and ignores further signals."""
     for s in SIGNALS:
         signal.signal(s, signal.SIG_IGN)
-    raise Interrupted(signum)
+    _raised[:] = [Interrupted(signum)]
+    raise _raised[0]
+
+
+def raise_if_stopped() -> None:
+    """Raises the stop a signal handler raised before, if any: a checkpoint for a raise that was swallowed."""
+    if _raised:
+        raise _raised[0]
+
+
+def stop_delivered() -> None:
+    """The stop reached the code that ends the run: checkpoints pass again."""
+    _raised.clear()
 
 
 @contextlib.contextmanager
@@ -61,6 +79,7 @@ def interruptible() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    raise_if_stopped()  # one that landed before, while the command started, and was swallowed there
     # A signal ignored from the start stays so: a shell runs a script's background jobs with SIGINT ignored, so
     # that a Ctrl-C meant for the script does not stop them.
     previous = {s: signal.getsignal(s) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
@@ -68,6 +87,9 @@ def interruptible() -> Iterator[None]:
         signal.signal(s, stop)
     try:
         yield
+    except Interrupted:
+        stop_delivered()
+        raise
     finally:
         for s, handler in previous.items():
             # None: a handler installed outside Python (Ray's); the default is the closest Python can restore.
