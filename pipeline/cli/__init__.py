@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from typing import NoReturn
 
-from pipeline.run.shutdown import SIGNALS, Interrupted, raise_if_stopped, stop, stop_delivered
+from pipeline.run.shutdown import Interrupted, raise_if_stopped, stop_delivered, take_signals
 
 # Each command, what it does: its code is pipeline.cli.<command>.main(argv, prog).
 COMMANDS = {
@@ -72,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     command = parser.parse_args(argv[:1]).command
     # A stop while the command starts (its imports, Ray's) is one line too, as one during the run is.
-    for s in SIGNALS:
-        if signal.getsignal(s) is not signal.SIG_IGN:  # ignored from the start, it stays so (`interruptible`)
-            signal.signal(s, stop)
+    take_signals()
     try:
         module = importlib.import_module(f"pipeline.cli.{command}")
         raise_if_stopped()  # a stop that an import swallowed (`pipeline.run.shutdown`)

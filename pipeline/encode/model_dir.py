@@ -9,7 +9,7 @@ prompts of `config_sentence_transformers.json`, in sentence-transformers' layout
 before version 6 and since. The model's own files (config.json, the weights, the
 tokenizer's, `sentence_bert_config.json`) are in modules.json's Transformer module's
 folder: the directory itself since sentence-transformers 2, `0_Transformer/` in its
-earlier layouts (`model_files`). Without those files the encoder mean-pools and does not
+earlier layouts (`_model_files`). Without those files the encoder mean-pools and does not
 normalise, which is how sentence-transformers treats a bare checkpoint. What
 sentence-transformers would run and docembed does not (a Dense module's other
 activation, a module of another kind) is refused, never skipped.
@@ -71,7 +71,7 @@ class ModelSpec:
 
     model_id: str
     path: Path
-    files: Path  # the model's own files: `path`, or its Transformer module's folder (`model_files`)
+    files: Path  # the model's own files: `path`, or its Transformer module's folder (`_model_files`)
     arch: ModelConfig
     pooling: str  # a mode of kernels.encoders.POOLING_MODES, or several joined by "+", concatenated in that order
     normalize: bool
@@ -299,12 +299,12 @@ def _modules(path: Path) -> list[tuple[str, dict]]:
     return [(str(m["type"]).rpartition(".")[2], m) for m in modules]
 
 
-def model_files(path: Path) -> Path:
+def _model_files(path: Path, modules: list[tuple[str, dict]]) -> Path:
     """The folder of the model directory `path` that holds the model's own files (config.json, the weights, the
-    tokenizer's files, sentence_bert_config.json): modules.json's Transformer module's, as sentence-transformers
-    loads it. That is `path` itself since sentence-transformers 2 (and without modules.json), and
-    `path/0_Transformer` in the layouts it wrote before."""
-    folder = next((m.get("path") or "" for kind, m in _modules(path) if kind == "Transformer"), "")
+    tokenizer's files, sentence_bert_config.json): the Transformer module's among `modules` (`_modules`), as
+    sentence-transformers loads it. That is `path` itself since sentence-transformers 2 (and without
+    modules.json), and `path/0_Transformer` in the layouts it wrote before."""
+    folder = next((m.get("path") or "" for kind, m in modules if kind == "Transformer"), "")
     files = path / folder
     if not files.is_dir():
         raise ModelError(f"{path}/modules.json: the Transformer module's folder {folder}/ is not in the directory")
@@ -392,6 +392,7 @@ class TransformerArgs:
     lowercase: bool  # do_lower_case: texts are lower-cased before the tokenizer's own normalizer
     config: dict  # config.json keys it overrides (config_args)
     tokenizer: dict  # the tokenizer's loader arguments (tokenizer_args), over tokenizer_config.json's
+    files: Path  # where the model's own files are (`_model_files`)
 
 
 # sentence-transformers 6.3's Transformer.load_config reads the first of these that exists and is not empty:
@@ -433,14 +434,15 @@ INERT_LOADER_ARGS = frozenset(
 
 
 def _transformer(path: Path) -> TransformerArgs:
-    """The Transformer module's config (in `model_files`), read as sentence-transformers 6.3 reads it: only as
+    """The Transformer module's config (in `_model_files`), read as sentence-transformers 6.3 reads it: only as
     part of modules.json's model. A loader argument docembed cannot apply is refused: every config key overrides
     config.json's, the tokenizer's model_max_length and do_lower_case apply, nothing of the model's does.
     The window: the tokenizer's model_max_length, else max_seq_length (sentence-transformers 6 writes none),
     else tokenizer_config.json's model_max_length."""
     name, cfg = "sentence_bert_config.json", {}
-    files = model_files(path)
-    if _modules(path):
+    modules = _modules(path)
+    files = _model_files(path, modules)
+    if modules:
         name, cfg = next(((n, c) for n in TRANSFORMER_CONFIGS if (c := _read_object(files / n, {}))), (name, cfg))
     (model_name, model_args), (tokenizer_name, tokenizer_args), (_, config_args) = (
         _loader_args(cfg, names, files / name) for names in LOADER_ARGS
@@ -462,6 +464,7 @@ def _transformer(path: Path) -> TransformerArgs:
         lowercase=bool(cfg.get("do_lower_case")),
         config=config_args,
         tokenizer=tokenizer_args,
+        files=files,
     )
 
 
@@ -478,7 +481,8 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     """The model directory's tokenizer, as sentence-transformers loads it (lower-casing where the
     Transformer module says, splitting text as the tokenizer class transformers loads does:
     `tokenizer_class.split`), with `prompt` before every text."""
-    transformer, files = _transformer(path), model_files(path)
+    transformer = _transformer(path)
+    files = transformer.files
     # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
     loader = _read_object(files / "tokenizer_config.json", {}) | transformer.tokenizer
     return Tokenizer(
@@ -533,8 +537,8 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     if not path.is_dir():
         raise ModelError(f"model directory {path} {'is a file' if path.exists() else 'does not exist'}")
     head = _head(path)  # first: it says where a layout differs
-    files = model_files(path)
     transformer = _transformer(path)
+    files = transformer.files
     weights = weights_files(files)
     if not (files / "tokenizer.json").is_file():
         raise ModelError(f"model directory {files} has no tokenizer.json")

@@ -56,6 +56,16 @@ def stop(signum, frame) -> None:
     raise _raised[0]
 
 
+def take_signals() -> dict:
+    """Makes SIGINT and SIGTERM `stop`; returns the handlers they had. A signal ignored from the start stays so: a
+    shell runs a script's background jobs with SIGINT ignored, so that a Ctrl-C meant for the script does not
+    stop them."""
+    previous = {s: signal.getsignal(s) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
+    for s in previous:
+        signal.signal(s, stop)
+    return previous
+
+
 def raise_if_stopped() -> None:
     """Raises the stop a signal handler raised before, if any: a checkpoint for a raise that was swallowed."""
     if _raised:
@@ -80,11 +90,7 @@ def interruptible() -> Iterator[None]:
         yield
         return
     raise_if_stopped()  # one that landed before, while the command started, and was swallowed there
-    # A signal ignored from the start stays so: a shell runs a script's background jobs with SIGINT ignored, so
-    # that a Ctrl-C meant for the script does not stop them.
-    previous = {s: signal.getsignal(s) for s in SIGNALS if signal.getsignal(s) is not signal.SIG_IGN}
-    for s in previous:
-        signal.signal(s, stop)
+    previous = take_signals()
     try:
         yield
     except Interrupted:
