@@ -67,12 +67,13 @@ OWN_CLASS_WINS = frozenset({"qwen2", "modernbert", "mistral"})
 # loads the generic class in its place where tokenizer.json is byte-level, Llama 3's layout under the old name.
 LLAMA_TOKENIZER = "LlamaTokenizer"
 ALBERT_TOKENIZER = "AlbertTokenizer"  # a SentencePiece split with normalizers of its own (`AlbertNormalizer`)
-# tokenizer_config.json's key -> BertSettings' field
+# tokenizer_config.json's key -> BertSettings' field, and AlbertNormalizer's
 BERT_SETTINGS = {
     "do_lower_case": "lowercase",
     "strip_accents": "strip_accents",
     "tokenize_chinese_chars": "handle_chinese_chars",
 }
+ALBERT_SETTINGS = {"keep_accents": "keep_accents", "do_lower_case": "lowercase"}
 # The classes that build their pre-tokenizer with the loader's add_prefix_space, whose defaults are
 # `SentencePieceSplit`'s and `ByteLevelSplit`'s: XLMRobertaTokenizer's, CamembertTokenizer's and AlbertTokenizer's
 # Metaspace prepends '▁' to every word or to none, RobertaTokenizer's and Qwen2Tokenizer's ByteLevel puts a space
@@ -102,12 +103,15 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
             f"{', '.join(TOKENIZER_BUILDS)} do (PreTrainedTokenizerFast: as tokenizer.json says)"
         )
     if build == "bert":
-        return _bert_settings(path, loader)
+        # strip_accents null: stripped where lower-casing, as the BERT-style classes do.
+        return _settings(path, loader, BERT_SETTINGS, BertSettings, frozenset({"strip_accents"}))
     if build == "file":
         return None
     kind = SentencePieceSplit if build == "sentencepiece" else ByteLevelSplit
     made = kind(_add_prefix_space(path, loader, kind.add_prefix_space)) if name in PREFIX_SPACE_CLASSES else kind()
-    return dataclasses.replace(made, albert=_albert_normalizer(path, loader)) if name == ALBERT_TOKENIZER else made
+    if name != ALBERT_TOKENIZER:
+        return made
+    return dataclasses.replace(made, albert=_settings(path, loader, ALBERT_SETTINGS, AlbertNormalizer))
 
 
 def _tokenizer_class(path: Path, config: dict, loader: dict) -> str:
@@ -135,26 +139,16 @@ def _byte_level(path: Path) -> bool:
         raise ModelError(f"cannot read {file}: {e}") from None
 
 
-def _bert_settings(path: Path, loader: dict) -> BertSettings:
-    """What transformers' BERT-style classes set in their BertNormalizer: the loader's do_lower_case,
-    strip_accents and tokenize_chinese_chars, each defaulting as those classes do."""
+def _settings(path: Path, loader: dict, names: dict[str, str], kind: type, nullable: frozenset = frozenset()):
+    """`kind` (BertSettings, AlbertNormalizer) of the loader's settings, `names` (loader key -> field), each
+    defaulting as the tokenizer class does; true or false, or null for a field in `nullable`."""
     settings = {}
-    for key, field in BERT_SETTINGS.items():
-        value = loader.get(key, getattr(BertSettings, field))
-        if not isinstance(value, bool) and not (value is None and field == "strip_accents"):
+    for key, field in names.items():
+        value = loader.get(key, getattr(kind, field))
+        if not isinstance(value, bool) and not (value is None and field in nullable):
             raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
         settings[field] = value
-    return BertSettings(**settings)
-
-
-def _albert_normalizer(path: Path, loader: dict) -> AlbertNormalizer:
-    """What AlbertTokenizer normalises with, from the loader's keep_accents and do_lower_case (its defaults: false
-    and true)."""
-    settings = {"keep_accents": loader.get("keep_accents", False), "lowercase": loader.get("do_lower_case", True)}
-    for key, value in settings.items():
-        if not isinstance(value, bool):
-            raise ModelError(f"{path}: the tokenizer's {key} {value!r} is not true or false")
-    return AlbertNormalizer(**settings)
+    return kind(**settings)
 
 
 def _add_prefix_space(path: Path, loader: dict, default: bool) -> bool:
