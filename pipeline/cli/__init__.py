@@ -1,7 +1,7 @@
 """The `docembed` command: `docembed COMMAND [options]`, one module here per command.
 
-`jobs/COMMAND.py` runs the same module's `main` from a checkout (what `ray job
-submit --working-dir .` runs). A command's module is imported only when it
+`jobs/COMMAND.py` runs the same command through `run` from a checkout (what
+`ray job submit --working-dir .` runs). A command's module is imported only when it
 runs, so `docembed --help` and `docembed --version` load neither JAX nor Ray.
 """
 
@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from typing import NoReturn
 
-from pipeline.run.shutdown import Interrupted, raise_if_stopped, stop_delivered, take_signals
+from pipeline.run.shutdown import Interrupted, raise_if_stopped, restore_signals, stop_delivered, take_signals
 
 # Each command, what it does: its code is pipeline.cli.<command>.main(argv, prog).
 COMMANDS = {
@@ -71,16 +71,27 @@ def main(argv: list[str] | None = None) -> int:
         return error_line(f"options go after the command: docembed {later} {argv[0]} ... (see docembed --help)")
     # Only the first word is docembed's: the rest is the command's, `submit`'s `-- COMMAND ...` included.
     command = parser.parse_args(argv[:1]).command
-    # A stop while the command starts (its imports, Ray's) is one line too, as one during the run is.
-    take_signals()
+    return run(command, argv[1:], prog=f"docembed {command}")
+
+
+def run(command: str, argv: list[str] | None = None, *, prog: str) -> int:
+    """Runs `command` (a key of COMMANDS) on `argv`, the one way in for `docembed` and `jobs/COMMAND.py`.
+
+    The signals are taken before the command's module is imported: a stop while it imports JAX, Ray and pyarrow
+    (seconds), or while Ray starts, is one line and its exit code, as one during the run is. Python's own
+    KeyboardInterrupt could land in an import hook that swallows it. The caller's handlers are back on return.
+    """
+    previous = take_signals()
     try:
         module = importlib.import_module(f"pipeline.cli.{command}")
         raise_if_stopped()  # a stop that an import swallowed (`pipeline.run.shutdown`)
-        return module.main(argv[1:], prog=f"docembed {command}")
+        return module.main(argv, prog=prog)
     except KeyboardInterrupt:
         return stopped(Interrupted(signal.SIGINT))
     except Interrupted as e:
         return stopped(e)
+    finally:
+        restore_signals(previous)
 
 
 def stopped(e: Interrupted) -> int:

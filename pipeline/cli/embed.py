@@ -17,15 +17,13 @@ from pipeline.run.allocator import arrow_on_malloc
 arrow_on_malloc()
 
 import logging  # noqa: E402
-import signal  # noqa: E402
 
 from pipeline import run_job  # noqa: E402
-from pipeline.cli import error_line, stopped  # noqa: E402
+from pipeline.cli import error_line  # noqa: E402
 from pipeline.errors import UserError  # noqa: E402
 from pipeline.io.uris import redact  # noqa: E402
 from pipeline.options import parse_job_args  # noqa: E402
 from pipeline.run.console import docembed_level  # noqa: E402
-from pipeline.run.shutdown import Interrupted  # noqa: E402
 
 
 def main(argv: list[str] | None = None, prog: str = "jobs/embed.py") -> int:
@@ -36,10 +34,6 @@ def main(argv: list[str] | None = None, prog: str = "jobs/embed.py") -> int:
         report = run_job(cfg)
     except UserError as e:
         return error_line(str(e))
-    except KeyboardInterrupt:  # before the run's own handlers (pipeline.run.shutdown) are in place
-        return stopped(Interrupted(signal.SIGINT))
-    except Interrupted as e:
-        return stopped(e)
     if report is None:
         print(f"docembed: {redact(cfg.output)} already holds a finished run; nothing to do (--overwrite to redo it)")
     else:

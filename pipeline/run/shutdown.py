@@ -66,6 +66,13 @@ def take_signals() -> dict:
     return previous
 
 
+def restore_signals(previous: dict) -> None:
+    """Puts back the handlers `take_signals` returned."""
+    for s, handler in previous.items():
+        # None: a handler installed outside Python (Ray's); the default is the closest Python can restore.
+        signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
 def raise_if_stopped() -> None:
     """Raises the stop a signal handler raised before, if any: a checkpoint for a raise that was swallowed."""
     if _raised:
@@ -97,6 +104,4 @@ def interruptible() -> Iterator[None]:
         stop_delivered()
         raise
     finally:
-        for s, handler in previous.items():
-            # None: a handler installed outside Python (Ray's); the default is the closest Python can restore.
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        restore_signals(previous)

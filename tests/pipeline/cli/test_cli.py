@@ -134,3 +134,35 @@ print(signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)
 """
     result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 0 and result.stdout.splitlines()[-1] == "True", result.stderr
+
+
+SWALLOWED_IN_AN_IMPORT = """
+import os, runpy, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts from a terminal (xdist ignores it)
+
+
+class Swallows:
+    # An import hook that swallows what lands in it, as some extension modules' do; returns None: not its module.
+    def find_spec(self, name, path=None, target=None):
+        if name == "pipeline.cli.embed":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+            except BaseException as e:
+                print("swallowed", type(e).__name__, flush=True)
+
+
+sys.meta_path.insert(0, Swallows())
+sys.argv = ["jobs/embed.py", "--help"]
+runpy.run_path("jobs/embed.py", run_name="__main__")
+"""
+
+
+def test_a_ctrl_c_that_an_import_swallows_still_stops_jobs_embed_py():
+    """`jobs/embed.py` (what `ray job submit` runs) takes the signals before it imports the command, as `docembed`
+    does: it once kept Python's KeyboardInterrupt until the run began, so a swallowed one was lost, and the
+    command ran on (here, printed its help)."""
+    child = subprocess.run([sys.executable, "-c", SWALLOWED_IN_AN_IMPORT], cwd=REPO, capture_output=True, text=True)
+    assert child.returncode == 130, child.stdout + child.stderr
+    assert child.stdout == "swallowed Interrupted\n", child.stdout
+    assert child.stderr.splitlines()[-1] == "docembed: stopped by SIGINT before anything was written", child.stderr
