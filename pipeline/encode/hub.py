@@ -14,6 +14,7 @@ does not share one download under the hub library's per-file locks in its cache
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -24,6 +25,10 @@ HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev
 # What a model directory is read from (model_dir): configs, weights and the tokenizer;
 # not the PyTorch, ONNX or other copies of the weights a repo may also hold.
 FILES = ["*.json", "*.safetensors"]
+# PyTorch's copy: fetched only into a folder that holds a config.json and no safetensors (model_dir reads it
+# there). The hub's conversion bot converted many repos' own weights, and not their Dense modules'.
+TORCH_FILES = "pytorch_model*.bin"
+WEIGHTED_MODULES = (".Transformer", ".Dense")  # the sentence-transformers modules that hold weights
 
 
 def is_hub_id(model: str) -> bool:
@@ -46,6 +51,8 @@ def download(model: str) -> tuple[Path, str]:
     where = f"Hugging Face Hub model {model}"
     try:
         path = Path(snapshot_download(repo, revision=revision, allow_patterns=FILES))
+        if lacking := _torch_only(path):
+            snapshot_download(repo, revision=path.name, allow_patterns=lacking)  # the same commit
     except RevisionNotFoundError:
         raise ModelError(f"{where}: the repo has no revision {revision!r}") from None
     except (RepositoryNotFoundError, GatedRepoError):
@@ -59,3 +66,19 @@ def download(model: str) -> tuple[Path, str]:
     except HfHubHTTPError as e:
         raise ModelError(f"{where}: {str(e).splitlines()[0]}") from None
     return path, f"{repo}@{path.name}"
+
+
+def _torch_only(snapshot: Path) -> list[str]:
+    """Patterns for the torch weights of each folder of `snapshot` that holds weights (the Transformer module's
+    and the Dense modules', modules.json says which; without it, the root) and has no safetensors: as
+    transformers and sentence-transformers fall back to them. model_dir checks modules.json itself."""
+    try:
+        modules = json.loads((snapshot / "modules.json").read_text())
+        folders = [m.get("path", "") for m in modules if str(m.get("type")).endswith(WEIGHTED_MODULES)]
+    except (OSError, ValueError, AttributeError, TypeError):
+        folders = [""]
+    return [
+        (Path(folder) / TORCH_FILES).as_posix()
+        for folder in dict.fromkeys(folders)
+        if isinstance(folder, str) and not any((snapshot / folder).glob("*.safetensors"))
+    ]

@@ -1,10 +1,12 @@
 """Find, verify and describe a Hugging Face-format encoder model directory.
 
 A model directory holds `config.json` (any family `kernels.encoders` supports),
-the weights as `model.safetensors` or sharded with `model.safetensors.index.json`,
+the weights as `model.safetensors` or sharded with `model.safetensors.index.json`
+(else, as transformers falls back, PyTorch's `pytorch_model.bin` or its sharded
+index, read without PyTorch by `pipeline.encode.torch_pickle`),
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
 `1_Pooling/config.json`, the Dense modules' folders (`2_Dense/config.json` and
-`model.safetensors`), `sentence_bert_config.json` (or an older name) and the
+its weights, either file), `sentence_bert_config.json` (or an older name) and the
 prompts of `config_sentence_transformers.json`, in sentence-transformers' layouts
 before version 6 and since. The model's own files (config.json, the weights, the
 tokenizer's, `sentence_bert_config.json`) are in modules.json's Transformer module's
@@ -29,6 +31,7 @@ from pathlib import Path, PureWindowsPath
 import numpy as np
 
 from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
+from pipeline.encode import torch_pickle
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
@@ -40,6 +43,9 @@ DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+TORCH_WEIGHTS_FILE = "pytorch_model.bin"
+# (one file, the index of a sharded copy) in the order transformers and sentence-transformers look for them.
+WEIGHTS_LAYOUTS = ((WEIGHTS_FILE, WEIGHTS_INDEX), (TORCH_WEIGHTS_FILE, "pytorch_model.bin.index.json"))
 
 log = logging.getLogger("docembed")
 
@@ -49,7 +55,7 @@ class Projection:
     """A sentence-transformers Dense module: activation(x W^T + b) of the pooled vector, before Normalize,
     plus x itself where `residual` (through a matrix of its own, x R^T, where the sizes differ)."""
 
-    path: str  # its folder in the model directory, which holds config.json and model.safetensors
+    path: str  # its folder in the model directory, which holds config.json and its weights
     in_features: int
     out_features: int
     bias: bool
@@ -370,9 +376,7 @@ def _projection(path: Path, folder: str) -> Projection:
         raise ModelError(
             f"{where}/config.json: activation_function {activation!r} is not implemented (docembed runs {known})"
         )
-    weights = where / WEIGHTS_FILE
-    if not weights.is_file():
-        raise _no_safetensors(where)
+    weights = _dense_weights(where)
     activation = PROJECTION_ACTIVATIONS[name]
     return Projection(
         folder,
@@ -596,45 +600,43 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
 
 
 def weights_files(path: Path) -> list[Path]:
-    """`model.safetensors`, or the index `model.safetensors.index.json` followed by the shards it names."""
-    single = path / WEIGHTS_FILE
-    if single.is_file():
-        return [single]
-    index = path / WEIGHTS_INDEX
-    if not index.is_file():
-        raise _no_safetensors(path, shardable=True)
+    """The first of `WEIGHTS_LAYOUTS` there: one file, or the index followed by the shards it names."""
+    for single, index in WEIGHTS_LAYOUTS:
+        if (path / single).is_file():
+            return [path / single]
+        if (path / index).is_file():
+            return [path / index, *_shards(path / index)]
+    raise ModelError(
+        f"{path} has no weights: neither {WEIGHTS_FILE} nor {TORCH_WEIGHTS_FILE}, nor a sharded copy of either"
+    )
+
+
+def _shards(index: Path) -> list[Path]:
     weight_map = _read_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelError(f"{index} has no weight_map")
-    shards = [path / name for name in sorted(set(weight_map.values()))]
+    shards = [index.parent / str(name) for name in sorted(set(weight_map.values()))]
     for shard in shards:
-        if shard.parent != path or not shard.is_file():
-            raise ModelError(f"{index} names shard {shard.name!r}, which is not in {path}")
-    return [index, *shards]
+        if shard.parent != index.parent or not shard.is_file():
+            raise ModelError(f"{index} names shard {shard.name!r}, which is not in {index.parent}")
+    return shards
 
 
-def _no_safetensors(where: Path, shardable: bool = False) -> ModelError:
-    """The error for a folder without its safetensors weights, which says how to get them where it can
-    (`shardable`: the folder may hold them sharded, as a model directory may and a Dense module's may not)."""
-    if any(where.glob("pytorch_model*.bin")):
-        return ModelError(
-            f"{where} holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not "
-            f"read (it has no torch): convert them to {WEIGHTS_FILE}, e.g. with safetensors.torch.save_file"
-        )
-    # A hub download fetches no pytorch_model.bin (pipeline.encode.hub.FILES): it may be one of those.
-    nor = f" (nor a sharded {WEIGHTS_INDEX})" if shardable else ""
-    return ModelError(
-        f"{where} has no {WEIGHTS_FILE}{nor}; docembed reads no pytorch_model.bin: convert one to {WEIGHTS_FILE}"
-    )
+def _dense_weights(where: Path) -> Path:
+    """A Dense module's one weights file, looked for as sentence-transformers does: safetensors first."""
+    for name in (WEIGHTS_FILE, TORCH_WEIGHTS_FILE):
+        if (where / name).is_file():
+            return where / name
+    raise ModelError(f"{where} has no weights: neither {WEIGHTS_FILE} nor {TORCH_WEIGHTS_FILE}")
 
 
 def _weight_shards(path: Path) -> list[Path]:
     """The files that hold tensors: `weights_files` without the index."""
-    return [file for file in weights_files(path) if file.name != WEIGHTS_INDEX]
+    return [file for file in weights_files(path) if file.suffix != ".json"]
 
 
 def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
-    """Every tensor's shape, from the safetensors headers of its weight files (no weights read)."""
+    """Every tensor's shape, from its weight files' headers (no weights read)."""
     return _header_shapes(_weight_shards(spec.files))
 
 
@@ -643,6 +645,9 @@ def _header_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
 
     shapes = {}
     for file in files:
+        if file.suffix == ".bin":
+            shapes |= torch_pickle.shapes(file)
+            continue
         try:
             with safe_open(file, framework="numpy") as f:
                 shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
@@ -652,7 +657,7 @@ def _header_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
 
 
 def check_weights(spec: ModelSpec) -> None:
-    """Every tensor the config implies is there with its shape, from the safetensors headers alone.
+    """Every tensor the config implies is there with its shape, from the weights files' headers alone.
 
     The job checks this on the driver, so that a model whose weights contradict its
     config fails with one line before any actor starts. Neither the weights nor
@@ -664,7 +669,7 @@ def check_weights(spec: ModelSpec) -> None:
     except ValueError as e:
         raise ModelError(f"{spec.files}: {e}") from None
     for projection in spec.projections:
-        shapes = _header_shapes([spec.path / projection.path / WEIGHTS_FILE])
+        shapes = _header_shapes([_dense_weights(spec.path / projection.path)])
         _projection_params(spec, projection, {name: np.broadcast_to(np.float32(0), s) for name, s in shapes.items()})
 
 
@@ -677,7 +682,7 @@ def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -
         wanted["linear.bias"] = (projection.out_features,)
     if projection.residual and projection.in_features != projection.out_features:
         wanted["residual.weight"] = wanted["linear.weight"]
-    where = spec.path / projection.path / WEIGHTS_FILE
+    where = _dense_weights(spec.path / projection.path)
     for name, shape in wanted.items():
         if name not in tensors:
             raise ModelError(f"{where} lacks tensor {name!r}, which its config.json implies")
@@ -693,7 +698,10 @@ def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -
     return {names[name]: np.asarray(tensors[name], np.float32).T for name in wanted}
 
 
-def _load_safetensors(file: Path) -> dict[str, np.ndarray]:
+def _load_tensors(file: Path) -> dict[str, np.ndarray]:
+    """A weights file's tensors, either kind (`WEIGHTS_LAYOUTS`)."""
+    if file.suffix == ".bin":
+        return torch_pickle.load(file)
     import ml_dtypes  # noqa: F401  registers bfloat16 with numpy, so bfloat16 checkpoints load
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
@@ -708,7 +716,7 @@ def load_params(spec: ModelSpec) -> Params:
     """The weights as a float32 numpy pytree (host memory; the encoder places them on devices)."""
     tensors = {}
     for file in _weight_shards(spec.files):
-        tensors |= _load_safetensors(file)
+        tensors |= _load_tensors(file)
     try:
         return params_from_hf(tensors, spec.arch)
     except ValueError as e:
@@ -718,6 +726,6 @@ def load_params(spec: ModelSpec) -> Params:
 def load_projections(spec: ModelSpec) -> list[Params]:
     """The Dense modules' weights, in order, as `encoders.project` takes them: float32 numpy."""
     return [
-        _projection_params(spec, projection, _load_safetensors(spec.path / projection.path / WEIGHTS_FILE))
+        _projection_params(spec, projection, _load_tensors(_dense_weights(spec.path / projection.path)))
         for projection in spec.projections
     ]

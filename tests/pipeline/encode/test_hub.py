@@ -32,11 +32,13 @@ from pipeline.results import embedding_matrix, read_table
 from support import FAMILY_FIXTURES, REPO
 
 TOKEN = "hf_" + "s3cr3tTokenThatMustNeverBeLogged"
-MAIN, V1, PRIVATE = "a" * 40, "b" * 40, "c" * 40
-# repo -> {revision or commit: (commit, directory)}, and which repos need the token.
+MAIN, V1, PRIVATE, TORCH, BOTH = "a" * 40, "b" * 40, "c" * 40, "d" * 40, "e" * 40
+TORCH_PICKLES = REPO / "tests" / "fixtures" / "torch_pickle"
+# repo -> {revision or commit: (commit, directory in FAMILY_FIXTURES, or a path)}, and which repos need the token.
 REPOS = {
     "acme/tiny": {"main": (MAIN, "nomic-contrastors"), "v1": (V1, "bert-pooler")},
     "acme/private": {"main": (PRIVATE, "gte-new-ntk")},
+    "acme/torch": {"main": (TORCH, TORCH_PICKLES / "distilbert-dense")},  # pytorch_model.bin only
 }
 PRIVATE_REPOS = {"acme/private"}
 
@@ -213,6 +215,28 @@ def test_a_private_repo_needs_the_token_which_is_sent_and_never_shown(hub_env):
     got = resolve("acme/private", hub_env | {"HF_TOKEN": TOKEN})
     assert got["weights_sha256"] == local("gte-new-ntk").weights_sha256
     assert {auth for _, path, auth in HubHandler.requests if "private" in path} >= {None, f"Bearer {TOKEN}"}
+
+
+def fetched(repo: str) -> set[str]:
+    """The files of `repo` the hub library downloaded."""
+    return {path.split("/", 5)[-1] for method, path, _ in HubHandler.requests if path.startswith(f"/{repo}/resolve/")}
+
+
+def test_torch_weights_are_fetched_only_where_a_folder_has_no_safetensors(hub_env, tmp_path, monkeypatch):
+    """As transformers and sentence-transformers fall back to pytorch_model.bin; never both copies."""
+    got = resolve("acme/torch", hub_env)
+    assert got["weights_sha256"] == model_dir.resolve(TORCH_PICKLES / "distilbert-dense").weights_sha256
+    assert {"pytorch_model.bin", "2_Dense/pytorch_model.bin", "3_Dense/pytorch_model.bin"} <= fetched("acme/torch")
+
+    both = tmp_path / "both"  # the hub's conversion bot's layout: the model's weights in both, a Dense's in one
+    shutil.copytree(FAMILY_FIXTURES / "distilbert-dense", both)
+    shutil.copy(TORCH_PICKLES / "distilbert-dense" / "pytorch_model.bin", both)
+    (both / "2_Dense" / "model.safetensors").unlink()
+    shutil.copy(TORCH_PICKLES / "distilbert-dense" / "2_Dense" / "pytorch_model.bin", both / "2_Dense")
+    monkeypatch.setitem(REPOS, "acme/both", {"main": (BOTH, both)})
+    resolve("acme/both", hub_env)
+    assert "2_Dense/pytorch_model.bin" in fetched("acme/both")
+    assert "pytorch_model.bin" not in fetched("acme/both") and "model.safetensors" in fetched("acme/both")
 
 
 def test_missing_repos_and_revisions_are_one_line(hub_env):

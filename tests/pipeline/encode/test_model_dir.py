@@ -312,10 +312,9 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
 @pytest.mark.parametrize(
     "breakage, message",
     [
-        (lambda p: (p / "model.safetensors").unlink(), "has no model.safetensors"),
         (
-            lambda p: (p / "model.safetensors").rename(p / "pytorch_model.bin"),
-            "holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not read",
+            lambda p: (p / "model.safetensors").unlink(),
+            "has no weights: neither model.safetensors nor pytorch_model.bin, nor a sharded copy of either",
         ),
         (lambda p: (p / "tokenizer.json").unlink(), "has no tokenizer.json"),
         (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
@@ -384,11 +383,16 @@ def test_broken_model_directories_fail_clearly(tmp_path, breakage, message):
         model_dir.resolve(str(path))
 
 
-def test_corrupt_weights_fail_at_load(tmp_path):
+@pytest.mark.parametrize("name", ["model.safetensors", "pytorch_model.bin"])
+def test_corrupt_weights_fail_at_load(tmp_path, name):
+    """Either kind of weights file (a torch pickle: pipeline.encode.torch_pickle), the other kind's bytes too."""
     path = copy_model(tmp_path)
-    (path / "model.safetensors").write_bytes(b"\x00" * 64)
-    with pytest.raises(ModelError, match="cannot read"):
-        model_dir.load_params(model_dir.resolve(str(path)))
+    (path / "model.safetensors").rename(path / name)
+    spec = model_dir.resolve(str(path))
+    (path / name).write_bytes(b"\x00" * 64)
+    for load in (model_dir.check_weights, model_dir.load_params):
+        with pytest.raises(ModelError, match=f"cannot read .*{name}"):
+            load(spec)
 
 
 def test_missing_directory_and_tampered_default(tmp_path, monkeypatch):
@@ -508,11 +512,6 @@ def _dense_config(change: dict):
     return lambda p: edit_json(p, "2_Dense/config.json", lambda c: {**c, **change})
 
 
-def _bin_only(path) -> None:
-    (path / "2_Dense" / "model.safetensors").unlink()
-    (path / "2_Dense" / "pytorch_model.bin").write_bytes(b"a torch pickle")
-
-
 def _modules(change):
     return lambda p: edit_json(p, "modules.json", change)
 
@@ -528,11 +527,9 @@ def _modules(change):
         (_dense_config({"activation_function": "mypackage.Swish"}), "activation_function 'mypackage.Swish' is not"),
         (_dense_config({"activation_function": None}), "activation_function None is not implemented"),
         (
-            _bin_only,
-            "2_Dense holds its weights only in pytorch_model.bin, a torch pickle, which docembed does not read "
-            "\\(it has no torch\\): convert them to model.safetensors",
+            lambda p: (p / "3_Dense" / "model.safetensors").unlink(),
+            "3_Dense has no weights: neither model.safetensors nor pytorch_model.bin",
         ),
-        (lambda p: (p / "3_Dense" / "model.safetensors").unlink(), "3_Dense has no model.safetensors"),
         (_dense_config({"in_features": 32}), "in_features 32, but the sentence embedding before it has 48 dimensions"),
         # Two pooling modes concatenated: the first Dense module's input is twice the encoder's width.
         (
