@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -59,6 +60,9 @@ from pipeline.text.chunking import ChunkingConfig
 
 log = logging.getLogger("docembed")
 
+# Seconds to wait for a TCP connection to RAY_ADDRESS's cluster before saying nothing answers there.
+CONNECT_TIMEOUT_S = 10
+LOCAL_RAY_HINT = "unset RAY_ADDRESS to run on a private local Ray"
 # Document rows per block handed to the tokenise + chunk actors.
 CHUNK_BATCH = 16
 # Full encoder batches per encoder call: enough that length buckets fill and a
@@ -155,14 +159,32 @@ def _init_ray(verbosity: str) -> bool:
     configure_ray_data(verbosity)
     if ray.is_initialized():
         return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(**ray_init_args(verbosity))
+    if address := os.environ.get("RAY_ADDRESS"):
+        _check_answers(address)
+        try:
+            ray.init(**ray_init_args(verbosity))
+        except ConnectionError as e:  # "auto" with no cluster on this machine: Ray's first sentence says so
+            reason = str(e).split(". ")[0].rstrip(".")
+            raise ConfigError(f"RAY_ADDRESS={address}: {reason}; {LOCAL_RAY_HINT}") from None
         return False
     # A laptop run: a private local Ray for this process only. "local" starts
     # one even when another Ray runs on this machine (plain ray.init() would
     # join the most recently started one).
     ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
     return True
+
+
+def _check_answers(address: str) -> None:
+    """A cluster address (`host:port` or `ray://host:port`) at which nothing answers is one line: ray.init would
+    retry it without end. Other forms ("auto", a URL) are Ray's to read."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit() or "/" in host:
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise ConfigError(f"RAY_ADDRESS={address}: nothing answers there ({reason}); {LOCAL_RAY_HINT}") from None
 
 
 def run(cfg: JobConfig) -> RunReport | None:

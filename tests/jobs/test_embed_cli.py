@@ -5,6 +5,7 @@ import os
 import pty
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -71,7 +72,7 @@ def not_docembeds(lines: list[str]) -> list[str]:
     "args, message",
     [
         (["--input", "/nonexistent/docs", "--output", "{tmp}/out"], "input /nonexistent/docs does not exist"),
-        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--model", "{tmp}"], "has no model.safetensors"),
+        (["--input", str(SAMPLES), "--output", "{tmp}/out", "--model", "{tmp}"], "has no weights: neither"),
         (["--input", str(SAMPLES), "--output", "{blocker}/out"], "is not writable"),
         (["--input", str(SAMPLES), "--output", "{tmp}/out", "--overlap", "300"], "--overlap must be in"),
         (
@@ -97,6 +98,35 @@ def test_user_errors_are_one_line(tmp_path, not_a_dir, args, message):
     assert len(lines) == 1 and lines[0].startswith("docembed: error:"), result.stderr
     assert message in lines[0]
     assert not (tmp_path / "out" / "_SUCCESS").exists()
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (just freed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "address, message",
+    [
+        # Ray's ray.init retried this for as long as it was left (5 minutes here), printing a line every few seconds.
+        ("127.0.0.1:{port}", "RAY_ADDRESS=127.0.0.1:{port}: nothing answers there (Connection refused)"),
+        ("ray://127.0.0.1:{port}", "RAY_ADDRESS=ray://127.0.0.1:{port}: nothing answers there (Connection refused)"),
+        # With no cluster recorded in RAY_TMPDIR: Ray's ConnectionError and its traceback.
+        ("auto", "RAY_ADDRESS=auto: Could not find any running Ray instance"),
+    ],
+)
+def test_a_cluster_address_nothing_answers_at_is_one_line(tmp_path, address, message):
+    port = closed_port()
+    started = time.time()
+    env = {"RAY_ADDRESS": address.format(port=port), "RAY_TMPDIR": str(tmp_path)}
+    result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), env=env)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"docembed: error: {message.format(port=port)}; unset RAY_ADDRESS to run on a private local Ray\n"
+    ), result.stderr
+    assert not (tmp_path / "out").exists() and time.time() - started < 60
 
 
 @pytest.mark.parametrize(
