@@ -48,6 +48,9 @@ TEXTS = [
     "東京は日本の首都です。",
     "שלום עולם مرحبا بالعالم",
     "emoji 🙂 👍🏽 done",
+    # Special tokens in the text. Not XLM-R's <mask>: the fixtures' vocabularies lack it, and transformers' class
+    # adds it past them (the hub's files hold it, and docembed matches it there as any added token).
+    "special [CLS] [SEP] [MASK]y [mask] <s> </s> tokens",
     "MiXeD CaSe WORDS, with: punctuation!",
     "zero\u200bwidth",
     "   ",
@@ -197,6 +200,34 @@ CASES = {
             | {"pre_tokenizer": BYTE_LEVEL | {"add_prefix_space": True}}
         },
     ),
+    # A BERT saved before tokenizer.json: BertTokenizer builds itself from vocab.txt (pipeline.text.wordpiece_vocab).
+    "bert-vocab-only": (DEFAULT, {"tokenizer.json": None}),
+    "bert-vocab-only-cased": (
+        DEFAULT,
+        {
+            "tokenizer.json": None,
+            "tokenizer_config.json": {"do_lower_case": False, "strip_accents": False, "tokenize_chinese_chars": False},
+        },
+    ),
+    "distilbert-vocab-only": (
+        DEFAULT,
+        {
+            "tokenizer.json": None,
+            "config.json": {"model_type": "distilbert"},
+            "tokenizer_config.json": {"tokenizer_class": "DistilBertTokenizer"},
+        },
+    ),
+    # special_tokens_map.json's tokens over tokenizer_config.json's, with AddedToken's flags.
+    "bert-vocab-only-special-tokens-map": (
+        DEFAULT,
+        {
+            "tokenizer.json": None,
+            "tokenizer_config.json": {"mask_token": "[unused0]"},
+            "special_tokens_map.json": {
+                "mask_token": {"content": "[MASK]", "lstrip": True, "rstrip": False, "normalized": False}
+            },
+        },
+    ),
     "qwen2-prefix-space": ("qwen2-embedding", {"tokenizer_config.json": {"add_prefix_space": True}}),
     "qwen3-named-generic-prefix-space": (
         "qwen3-embedding",
@@ -216,10 +247,13 @@ def base_dir(base: str) -> Path:
 
 def write_case(base: Path, dst: Path, edits: dict) -> None:
     """The model directory `base` copied to `dst` (weights left out) with `edits`: in each JSON file named, the
-    top-level keys set (a value None: the key removed)."""
+    top-level keys set (a value None: the key removed); a file named with None instead is removed."""
     shutil.copytree(base, dst, ignore=shutil.ignore_patterns("*.safetensors"))
     for name, changes in edits.items():
         file = dst / name
+        if changes is None:
+            file.unlink()
+            continue
         whole = json.loads(file.read_text()) if file.is_file() else {}
         for key, value in changes.items():
             if value is None:

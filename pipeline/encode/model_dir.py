@@ -35,7 +35,7 @@ from pipeline.encode import torch_pickle
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
-from pipeline.text import tokenizer_class
+from pipeline.text import tokenizer_class, wordpiece_vocab
 from pipeline.text.tokenizer import Tokenizer
 from pipeline.text.tokenizer import identity as tokenizer_identity
 
@@ -488,12 +488,28 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     transformer = _transformer(path)
     files = transformer.files
     # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
-    loader = _read_object(files / "tokenizer_config.json", {}) | transformer.tokenizer
+    tokenizer_config = _read_object(files / "tokenizer_config.json", {})
+    loader = tokenizer_config | transformer.tokenizer
+    config = _read_object(files / "config.json", {})
+    file, special_tokens = files / "tokenizer.json", None
+    if not file.is_file() and tokenizer_class.name_of(files, config, loader) in wordpiece_vocab.CLASSES:
+        file = files / wordpiece_vocab.VOCAB_FILE  # as transformers builds the class without a tokenizer.json
+        special_tokens = wordpiece_vocab.special_tokens(
+            files,
+            tokenizer_config,
+            transformer.tokenizer,
+            _read_object(files / "special_tokens_map.json", {}),
+            _read_object(files / "added_tokens.json", {}),
+        )
+    if not file.is_file():
+        vocab = f" (nor a {wordpiece_vocab.VOCAB_FILE} for {' or '.join(sorted(wordpiece_vocab.CLASSES))})"
+        raise ModelError(f"model directory {files} has no tokenizer.json{vocab}")
     return Tokenizer(
-        files / "tokenizer.json",
+        file,
         prompt=prompt,
         lowercase=transformer.lowercase,
-        split=tokenizer_class.split(files, _read_object(files / "config.json", {}), loader),
+        split=tokenizer_class.split(files, config, loader),
+        special_tokens=special_tokens,
     )
 
 
@@ -544,9 +560,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     transformer = _transformer(path)
     files = transformer.files
     weights = weights_files(files)
-    if not (files / "tokenizer.json").is_file():
-        raise ModelError(f"model directory {files} has no tokenizer.json")
-    tok = tokenizer(path)  # before the weights are hashed: a refused class says so now
+    tok = tokenizer(path)  # before the weights are hashed: a refused class, or no tokenizer, says so now
 
     # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
     weights_sha = (

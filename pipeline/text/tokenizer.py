@@ -1,4 +1,4 @@
-"""The model's tokenizer, from its `tokenizer.json` (Hugging Face `tokenizers`)."""
+"""The model's tokenizer, from its `tokenizer.json` (Hugging Face `tokenizers`), or a BERT `vocab.txt`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import normalizers, pre_tokenizers
 
 from pipeline.errors import ModelError
+from pipeline.text import wordpiece_vocab
 
 # A long document is tokenised in pieces of about this many characters: the tokenizer's own working memory
 # is over 100 bytes a character (alignments, token strings), where a piece's ids and offsets keep 20 a token.
@@ -104,17 +105,24 @@ class Tokenizer:
         prompt: str = "",
         lowercase: bool = False,
         split: BertSettings | SentencePieceSplit | ByteLevelSplit | None = None,
+        special_tokens: dict[str, dict] | None = None,
     ):
-        """`lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case` does: a Lowercase
-        normalizer ahead of the tokenizer's own (unless it has one), so offsets still point into the text.
-        `split`: the normalizer and pre-tokenizer that the model's transformers tokenizer class sets instead of
-        the file's (`_resplit`); None: the file's. `replaced_split` names what that changed, or is "" where it
-        changed nothing. `identity` names the ids it gives (`identity`)."""
+        """`path`: a tokenizer.json, or a `vocab.txt` with its `special_tokens`, built as BertTokenizer builds
+        one (`wordpiece_vocab`). `lowercase`: lower-case texts first, as sentence-transformers' `do_lower_case`
+        does: a Lowercase normalizer ahead of the tokenizer's own (unless it has one), so offsets still point
+        into the text. `split`: the normalizer and pre-tokenizer that the model's transformers tokenizer class
+        sets instead of the file's (`_resplit`); None: the file's. `replaced_split` names what that changed, or
+        is "" where it changed nothing. `identity` names the ids it gives (`identity`)."""
         try:
             raw = path.read_bytes()
-            self._tok = HFTokenizer.from_str(raw.decode())
+            if special_tokens is None:
+                self._tok = HFTokenizer.from_str(raw.decode())
         except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot parse
             raise ModelError(f"cannot read {path}: {e}") from None
+        self.special_tokens = special_tokens
+        if special_tokens is not None:
+            self._tok = wordpiece_vocab.tokenizer(path, special_tokens)
+            raw += json.dumps(special_tokens, sort_keys=True).encode()  # a vocabulary's ids depend on them too
         self.replaced_split = _resplit(self._tok, split)
         self.file_sha256 = hashlib.sha256(raw).hexdigest()  # the model's fingerprint names the file by it
         self.identity = identity(self.file_sha256, self.replaced_split, lowercase)

@@ -89,7 +89,7 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
     """How the tokenizer class transformers loads for the model directory `path` splits text
     (`TOKENIZER_BUILDS`), from its config.json and what transformers' tokenizer loader is given (`loader`:
     tokenizer_config.json, the Transformer module's tokenizer_args over it); None: as tokenizer.json does."""
-    name = _tokenizer_class(path, config, loader)
+    name = name_of(path, config, loader)
     build = TOKENIZER_BUILDS.get(name)
     if build is None:
         why = ""
@@ -114,7 +114,7 @@ def split(path: Path, config: dict, loader: dict) -> BertSettings | SentencePiec
     return dataclasses.replace(made, albert=_settings(path, loader, ALBERT_SETTINGS, AlbertNormalizer))
 
 
-def _tokenizer_class(path: Path, config: dict, loader: dict) -> str:
+def name_of(path: Path, config: dict, loader: dict) -> str:
     """The tokenizer class transformers 5's AutoTokenizer loads: the family's own where it wins
     (`OWN_CLASS_WINS`) or nothing is named, else the one the loader or config.json names (its "...Fast" name is
     the class; LlamaTokenizer over a byte-level tokenizer.json is the generic class)."""
@@ -135,6 +135,8 @@ def _byte_level(path: Path) -> bool:
     file = path / "tokenizer.json"
     try:
         return '"ByteLevel"' in file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot read {file}: {e}") from None
 
