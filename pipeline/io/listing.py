@@ -55,7 +55,11 @@ class InputFile:
 
 
 def list_pages(
-    locations: list[str], *, start_after: str | None = None, page_size: int = 1000, leave_out: tuple[str, ...] = ()
+    locations: list[str],
+    *,
+    start_after: str | None = None,
+    page_size: int = 1000,
+    leave_out: Callable[[str], bool] = lambda uri: False,
 ) -> Iterator[Page]:
     """Pages of at most `page_size` readable inputs under `locations`, in strictly ascending URI order.
 
@@ -66,8 +70,8 @@ def list_pages(
     entries that are not regular files (a broken symbolic link, a pipe) and
     objects whose key holds a "?" (which no URI docembed reads may hold) are counted
     in `Page.skipped` (a page may hold only those). Only URIs after
-    `start_after` come; none that starts with one of `leave_out` (the job's own
-    files, `pipeline.output.layout.own_files`, where the output lies under an input).
+    `start_after` come; none that `leave_out` names (docembed's outputs under an
+    input, `pipeline.output.layout.left_out`).
     A storage failure, even pages in, is `StorageError`.
     """
     if page_size < 1:
@@ -76,13 +80,15 @@ def list_pages(
     return _paged(heapq.merge(*streams), start_after, page_size, leave_out)
 
 
-def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
+def list_inputs(
+    locations: list[str], leave_out: Callable[[str], bool] = lambda uri: False
+) -> tuple[list[InputFile], int]:
     """All readable inputs under `locations` in memory, sorted by URI, and how many files were skipped.
 
     For callers that need a small list (sampling, tests); a job streams `list_pages`.
     """
     inputs, skipped = [], 0
-    for page in list_pages(locations):
+    for page in list_pages(locations, leave_out=leave_out):
         skipped += page.skipped
         columns = page.entries.to_pydict()
         inputs += map(InputFile, columns["uri"], columns["kind"], columns["size"])
@@ -90,7 +96,7 @@ def list_inputs(locations: list[str]) -> tuple[list[InputFile], int]:
 
 
 def _paged(
-    entries: Iterator[tuple[str, int | None]], start_after: str | None, page_size: int, left_out: tuple[str, ...]
+    entries: Iterator[tuple[str, int | None]], start_after: str | None, page_size: int, leave_out: Callable[[str], bool]
 ) -> Iterator[Page]:
     uris, kinds, sizes, skipped, last = [], [], [], 0, start_after
     said: set[str] = set()  # the suffixes of skipped files said so far: once each, a few at most
@@ -98,7 +104,7 @@ def _paged(
         if last is not None and uri <= last:
             continue  # the same file from another location, or at or before start_after
         last = uri
-        if uri.startswith(left_out):
+        if leave_out(uri):
             continue
         unnamed = _unnamed(uri, size)
         kind = None if unnamed else kind_of(uri)

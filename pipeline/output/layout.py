@@ -13,6 +13,9 @@ _LEASE.json                               on object stores, the running run's le
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 import pyarrow as pa
 
 from pipeline.schemas import rows_digest
@@ -37,6 +40,36 @@ def own_files(root: str) -> tuple[str, ...]:
     prefixes: never inputs, even when the output lies under an input or is one."""
     files = (MANIFEST_FILE, SUCCESS_FILE, LEASE_FILE)
     return (*(f"{root}{name}/" for name in OURS), *(f"{root}{name}" for name in files))
+
+
+# Any docembed output's files, by their names in it: the parts (`part_name`), the recorded listing
+# (`inputs_part_path`), the markers and what is being written.
+_OUTPUT_FILE = re.compile(
+    "/(?:"
+    + "|".join(
+        [
+            *(re.escape(name) for name in (MANIFEST_FILE, SUCCESS_FILE, LEASE_FILE, LISTED_FILE)),
+            *(rf"{re.escape(d)}/part-[0-9a-f]+-[0-9a-f]+\.parquet" for d in PARTS_DIRS),
+            rf"{re.escape(INPUTS_DIR)}/part-[0-9]+\.parquet",
+            rf"{re.escape(GROUPS_DIR)}/[^/]+\.json",
+            rf"{re.escape(STAGING_DIR)}/.*",
+        ]
+    )
+    + ")$"
+)
+
+
+def output_file(uri: str) -> bool:
+    """Whether `uri` names a file of a docembed output, by its name there. A listing leaves them out: a run into
+    another output once read the first one's parts, under its input, as shards, each an error row."""
+    return _OUTPUT_FILE.search(uri) is not None
+
+
+def left_out(root: str) -> Callable[[str], bool]:
+    """What a listing of the inputs leaves out: the run's own files (`own_files` under `root`), and any other
+    docembed output's (`output_file`)."""
+    own = own_files(root)
+    return lambda uri: uri.startswith(own) or output_file(uri)
 
 
 def part_name(group: str, table: pa.Table) -> str:

@@ -28,6 +28,7 @@ from pipeline.io.listing import list_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output.groups import record_groups, work_blocks
+from pipeline.output.layout import output_file
 from pipeline.run.stage_clock import STAGE_UNITS, RunTally, StageTable
 from pipeline.run.stages import ChunkBlock, extract_block
 from pipeline.text.chunking import ChunkingConfig
@@ -101,7 +102,7 @@ def sample_cpu_stages(
     PDFs go through the extraction sandbox as in the job, so its cost (and its
     child's start-up, once) is part of the extract stage's time.
     """
-    inputs, _ = list_inputs(locations)
+    inputs, _ = list_inputs(locations, leave_out=output_file)
     if not inputs:
         raise InputError(f"no documents under {redact(', '.join(locations))}")
     step = max(1, len(inputs) // sample_docs)

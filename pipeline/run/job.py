@@ -43,7 +43,7 @@ from pipeline.output import sink
 from pipeline.output.fingerprint import fingerprint
 from pipeline.output.groups import GroupCutter
 from pipeline.output.inputs import Record
-from pipeline.output.layout import FORMAT, own_files
+from pipeline.output.layout import FORMAT, left_out
 from pipeline.output.ledger import Ledger
 from pipeline.output.resume import Resume, clear_staging, finished, held_alone, open_output
 from pipeline.run.allocator import arrow_on_malloc, limit_arenas
@@ -202,8 +202,7 @@ def run(cfg: JobConfig) -> RunReport | None:
         _writable_directory(flag, directory)
     # Resolved here, once: the name is part of the output's fingerprint, as the extractors' texts differ.
     extract = dataclasses.replace(cfg.extract, pdf_extractor=resolve_extractor(cfg.extract.pdf_extractor))
-    own = own_files(tree(cfg.output))
-    listing = _listing_with_documents(cfg.inputs, own)
+    listing = _listing_with_documents(cfg.inputs, left_out(tree(cfg.output)))
     sink.check_writable(cfg.output)
     raise_if_stopped()  # a stop swallowed by an import above: before the output's lease, nothing is written
     with held_alone(cfg.output) as still_held:
@@ -242,11 +241,11 @@ def _writable_directory(flag: str, directory: str | None) -> None:
         raise ConfigError(f"{flag} {directory}: {e.strerror or e}") from None
 
 
-def _listing_with_documents(locations: tuple[str, ...], own: tuple[str, ...]) -> Iterator[Page]:
+def _listing_with_documents(locations: tuple[str, ...], own: Callable[[str], bool]) -> Iterator[Page]:
     """The listing, once it has found a document: InputError before anything is written or started unless it does.
 
     A fresh run records this same listing, so the pages read to find the first document are not asked for twice.
-    The output's own files (`own`) are never inputs, wherever it lies.
+    The files of docembed outputs (`own`: the run's, and any other under an input) are never inputs.
     """
     pages = list_pages(list(locations), leave_out=own)
     seen, skipped = [], 0
@@ -399,7 +398,7 @@ def _open(
     elif record.last_uri is None:
         pages = listing
     else:  # the listing goes on after the part a stopped run recorded
-        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=own_files(tree(cfg.output)))
+        pages = list_pages(list(cfg.inputs), start_after=record.last_uri, leave_out=left_out(tree(cfg.output)))
     return state, ledger, pages
 
 

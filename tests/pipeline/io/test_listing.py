@@ -14,7 +14,7 @@ from pipeline.errors import InputError
 from pipeline.io import listing
 from pipeline.io.listing import LISTING_SCHEMA, list_inputs, list_pages, tree
 from pipeline.kinds import kind_of
-from pipeline.output.layout import own_files
+from pipeline.output.layout import left_out
 
 # Names that sort differently as paths than as a tree would: "-" and "." before "/", "0" after it; non-ASCII last.
 NAMES = [
@@ -151,7 +151,7 @@ def test_a_broken_link_a_loop_of_links_or_a_pipe_under_a_directory_is_skipped_co
 
 def test_an_object_key_with_a_question_mark_is_skipped_and_said(caplog):
     # check_location refuses a URI with a query (a signed URL's credentials): such a key could not be read back.
-    pages = list(listing._paged(iter([("s3://b/a?.txt", 1), ("s3://b/b #1.txt", 2)]), None, 10, ()))
+    pages = list(listing._paged(iter([("s3://b/a?.txt", 1), ("s3://b/b #1.txt", 2)]), None, 10, lambda uri: False))
     assert [(p.entries.column("uri").to_pylist(), p.skipped) for p in pages] == [(["s3://b/b #1.txt"], 1)]
     assert "'s3://b/a?.txt': its key holds a '?'" in caplog.text
 
@@ -169,13 +169,13 @@ def test_an_object_key_with_a_question_mark_is_skipped_and_said(caplog):
 def test_an_object_key_pyarrow_cannot_read_is_skipped_and_said(key, why, caplog):
     # pyarrow refuses an empty segment ("Empty path component"), and on S3 the AWS SDK resolves "." and "..".
     entries = [(key, 1), ("s3://b/w/ok.txt", 2)]
-    pages = list(listing._paged(iter(sorted(entries)), None, 10, ()))
+    pages = list(listing._paged(iter(sorted(entries)), None, 10, lambda uri: False))
     assert [(p.entries.column("uri").to_pylist(), p.skipped) for p in pages] == [(["s3://b/w/ok.txt"], 1)]
     assert f"{key!r}: its path holds {why}" in caplog.text
 
 
 def test_gcs_reads_keys_with_dot_segments():
-    pages = list(listing._paged(iter([("gs://b/w/../x.txt", 1), ("gs://b/w/./y.txt", 2)]), None, 10, ()))
+    pages = list(listing._paged(iter([("gs://b/w/../x.txt", 1), ("gs://b/w/./y.txt", 2)]), None, 10, lambda uri: False))
     assert pages[0].entries.column("uri").to_pylist() == ["gs://b/w/../x.txt", "gs://b/w/./y.txt"]
 
 
@@ -201,7 +201,7 @@ def test_the_outputs_own_files_are_left_out_and_a_special_file_or_no_name_is_no_
     (root / "out" / "_SUCCESS").write_text("{}")
     (root / "outside.txt").write_text("x")
     (root / "out" / "notes.txt").write_text("x")  # the user's own, beside the output's
-    rows, skipped, _ = listed([str(root)], leave_out=own_files(tree(f"file://{root}/out")))
+    rows, skipped, _ = listed([str(root)], leave_out=left_out(tree(f"file://{root}/out")))
     want, want_skipped = expected(root)
     assert [r[0] for r in rows] == [r[0] for r in want if "/out/" not in r[0] or "notes" in r[0]]
     assert skipped == want_skipped - 1  # _SUCCESS
@@ -211,6 +211,36 @@ def test_the_outputs_own_files_are_left_out_and_a_special_file_or_no_name_is_no_
         list_pages([str(tmp_path / "pipe.txt")])
     with pytest.raises(InputError, match="an input is an empty string"):
         list_pages([str(root), ""])
+
+
+def test_another_docembed_output_under_an_input_is_no_input(tmp_path):
+    """A run into `out2` over a tree that holds an earlier run's `out`: out's parts were read as shards, each an
+    error row. Its files are left out by their names there; the user's own files beside them, and files of
+    those names elsewhere, are inputs."""
+    root = make_tree(tmp_path / "tree")
+    out = root / "out"
+    written = [
+        "_docembed.json",
+        "_SUCCESS",
+        "_inputs/part-000000.parquet",
+        "_inputs/_LISTED.json",
+        "_groups/fdf22a288e9a905188c5.json",
+        "embeddings/part-fdf22a288e9a905188c5-db2a79e99361ea1b.parquet",
+        "errors/part-5bea4441c5c50b904e19-940eab1fb14e08f2.parquet",
+        "_staging/part-x.parquet",
+    ]
+    for name in [*written, "notes.txt", "embeddings/mine.parquet"]:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(b"x")
+    (root / "_inputs").mkdir()
+    (root / "_inputs" / "part-7.jsonl").write_text("{}")  # a user's: not a name docembed writes
+    rows, skipped, _ = listed([str(root)], leave_out=left_out(tree(f"file://{tmp_path}/out2")))
+    want, want_skipped = expected(root)
+    gone = {str(out / name) for name in written}
+    assert [r[0] for r in rows] == [r[0] for r in want if r[0] not in gone]
+    assert {str(out / "notes.txt"), str(out / "embeddings" / "mine.parquet")} <= {r[0] for r in rows}
+    assert str(root / "_inputs" / "part-7.jsonl") in {r[0] for r in rows}
+    assert skipped == want_skipped - 4  # the output's markers (*.json, _SUCCESS) are neither counted nor said
 
 
 def test_a_directory_of_skipped_files_is_one_page_of_counts(tmp_path):
