@@ -63,7 +63,7 @@ OPTIONS = (
     Option(
         "--input",
         str,
-        "file, directory or shard: a local path, file://, s3:// or gs:// URI; repeatable",
+        "files, directories or shards: local paths, file://, s3:// or gs:// URIs; repeatable",
         metavar="URI",
         repeated=True,
         required=True,
@@ -287,7 +287,9 @@ def _add_argument(p: argparse.ArgumentParser, o: Option, *, required: bool) -> N
         help=o.help,
         metavar=o.metavar,
         choices=o.choices or None,
-        action="append" if o.repeated else "store",
+        # Repeated: `--input a --input b` and `--input a b` alike, so that a shell's glob (`--input docs/*.pdf`) works.
+        action="extend" if o.repeated else "store",
+        nargs="+" if o.repeated else None,
         required=required,
     )
 

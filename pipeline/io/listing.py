@@ -22,6 +22,7 @@ import dataclasses
 import heapq
 import logging
 import os
+import re
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
@@ -148,9 +149,14 @@ def _unnamed(uri: str, size: int | None) -> str | None:
 
 
 def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int | None]]:
-    """(uri, size) of every file under `location`, ascending; checks now that it exists, lists when iterated."""
+    """(uri, size) of every file under `location`, ascending; checks now that it exists, lists when iterated.
+    A location with a wildcard (`glob_of`) is the files under its fixed part that the pattern matches."""
     if not str(location).strip():
         raise InputError("an input is an empty string (which would name the current directory)")
+    if glob := glob_of(location):
+        fixed, pattern = glob
+        under = _location(fixed, start_after, page_size)  # checked now, as any location
+        return _matched(location, re.compile(re.escape(tree(fixed)) + pattern + "(?:/.*)?"), under)
     check_location(location)
     fs, path = filesystem_for(location)
     with failing_at(f"input {location}"):
@@ -165,6 +171,47 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
     if info.type not in (pafs.FileType.Directory, pafs.FileType.File):
         raise InputError(f"input {redact(location)} is neither a file nor a directory")
     return _failing_at(location, _entries(location, fs, path, start_after, page_size))
+
+
+def glob_of(location: str) -> tuple[str, str] | None:
+    """For a location with wildcards in a name (`docs/*.pdf`, `s3://b/crawl/**/*.pdf`, `d/202[45]-*/`): the
+    location of the directory above the first such name, and a regular expression of what follows its `tree` in
+    the URIs it matches. `*` and `?` stay within a name, `**` spans any folders, `[...]` is a set of characters
+    (`[!...]` its complement). None for a location without them, or a local path that exists as written."""
+    head, sep, rest = location.partition("://")
+    path = rest if sep else head
+    names = path.split("/")
+    first = next((i for i, name in enumerate(names) if any(c in name for c in "*?[")), None)
+    if first is None or first == 0 and sep or not sep and os.path.exists(location):
+        return None
+    fixed = "/".join(names[:first]) or ("/" if path.startswith("/") else ".")
+    pattern = ""
+    for part in re.split(r"(\*\*/?|\*|\?|\[!?\]?[^]]*\])", "/".join(names[first:]).rstrip("/")):
+        if part.startswith("**"):
+            pattern += "(?:.*/)?" if part.endswith("/") else ".*"
+        elif part == "*":
+            pattern += "[^/]*"
+        elif part == "?":
+            pattern += "[^/]"
+        elif part.startswith("[") and len(part) > 2:
+            pattern += "[" + ("^" + part[2:-1] if part[1] == "!" else part[1:-1]) + "]"
+        else:
+            pattern += re.escape(part)
+    return (f"{head}://{fixed}" if sep else fixed), pattern
+
+
+def _matched(
+    location: str, pattern: re.Pattern, entries: Iterator[tuple[str, int | None]]
+) -> Iterator[tuple[str, int | None]]:
+    """The `entries` whose URI `pattern` matches whole (a folder's name matched takes the files under it); a
+    pattern that matched none is said once its listing is done, not an error: other inputs may hold files."""
+    found = False
+    for uri, size in entries:
+        if pattern.fullmatch(uri):
+            found = True
+            yield uri, size
+    if not found:
+        log.warning("docembed: input %s matches no file", redact(location))
 
 
 def tree(location: str) -> str:

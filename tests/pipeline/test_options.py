@@ -37,6 +37,12 @@ def test_flags_alone_build_the_config_tree():
     assert (cfg.extract.pdf_extractor, cfg.extract.timeout_s, cfg.extract.memory_mib) == ("auto", 120, 2048)
 
 
+def test_an_input_flag_takes_several_as_a_shells_glob_hands_them_over():
+    """`--input docs/*.pdf` unquoted: the shell gives the flag every file; once, the second was refused."""
+    cfg = parse_job_args(["--input", "a.pdf", "b.pdf", "--input", "c", "--output", "out"])
+    assert cfg.inputs == ("a.pdf", "b.pdf", "c")
+
+
 def test_yaml_file_with_flags_overriding_it(tmp_path):
     path = write(tmp_path, "input: [docs/a, docs/b]\noutput: out/x\nmax-tokens: 128\noverlap: 8\ndtype: bfloat16\n")
     cfg = parse_job_args(["--config", path, "--overlap", "16", "--input", "only"])

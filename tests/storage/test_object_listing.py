@@ -9,6 +9,8 @@ answers each listing in one page, so on it the pages are the listing's own and
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
@@ -120,6 +122,20 @@ def test_start_after_gives_the_tail(scheme):
     for point in points:
         rows, _, _ = listed([base, f"{base}/tree/p05"], start_after=point, page_size=4)
         assert rows == [r for r in full if r[0] > point], point
+
+
+@pytest.mark.parametrize(
+    "glob, matches",
+    [
+        ("tree/p0?/f[13].txt", lambda k: re.fullmatch(r"tree/p0\d/f[13]\.txt", k)),
+        ("tree/**/*.md", lambda k: k.startswith("tree/") and k.endswith(".md")),
+        ("*/a*", lambda k: re.match(r"[^/]+/a", k)),  # a folder's name matched takes the files under it
+    ],
+)
+def test_a_glob_is_the_files_it_matches_under_its_fixed_part(scheme, glob, matches):
+    rows, _, _ = listed([f"{scheme}://{BUCKET}/{glob}"], page_size=4)
+    want, _ = expected(scheme)
+    assert rows == [r for r in want if matches(r[0].removeprefix(f"{scheme}://{BUCKET}/"))] and rows
 
 
 def test_missing_buckets_and_prefixes(scheme):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -241,6 +242,23 @@ def test_another_docembed_output_under_an_input_is_no_input(tmp_path):
     assert {str(out / "notes.txt"), str(out / "embeddings" / "mine.parquet")} <= {r[0] for r in rows}
     assert str(root / "_inputs" / "part-7.jsonl") in {r[0] for r in rows}
     assert skipped == want_skipped - 4  # the output's markers (*.json, _SUCCESS) are neither counted nor said
+
+
+def test_a_glob_is_the_files_it_matches_and_one_that_matches_none_is_said(tmp_path, monkeypatch, caplog):
+    root = make_tree(tmp_path / "tree")
+    want, _ = expected(root)
+    monkeypatch.chdir(tmp_path)  # relative globs, as a shell hands them over quoted
+    for glob, matches in [
+        ("tree/*.txt", lambda name: "/" not in name and name.endswith(".txt")),
+        ("tree/**/*.md", lambda name: name.endswith(".md")),
+        ("tree/[!a]*", lambda name: not name.startswith("a")),  # a folder matched: the files under it
+        (f"{root}/?/*", lambda name: re.fullmatch(r"./.+", name)),  # a/y matched: a/y/z.md too
+    ]:
+        rows, _, _ = listed([glob])
+        assert [r[0] for r in rows] == [r[0] for r in want if matches(r[0][len(str(root)) + 1 :])], glob
+    assert listed(["tree/*.nothing"])[0] == [] and "input tree/*.nothing matches no file" in caplog.text
+    with pytest.raises(InputError, match="input nowhere does not exist"):
+        list_pages(["nowhere/*.txt"])
 
 
 def test_a_directory_of_skipped_files_is_one_page_of_counts(tmp_path):
