@@ -182,11 +182,18 @@ def glob_of(location: str) -> tuple[str, str] | None:
     path = rest if sep else head
     names = path.split("/")
     first = next((i for i, name in enumerate(names) if any(c in name for c in "*?[")), None)
-    if first is None or first == 0 and sep or not sep and os.path.exists(location):
+    in_bucket = sep and first == 0  # no bucket's name holds one: left to the bucket's check to refuse
+    literal = not sep and os.path.exists(location)  # a local file or folder named so
+    if first is None or in_bucket or literal:
         return None
     fixed = "/".join(names[:first]) or ("/" if path.startswith("/") else ".")
+    return (f"{head}://{fixed}" if sep else fixed), _translated("/".join(names[first:]).rstrip("/"))
+
+
+def _translated(glob: str) -> str:
+    """A glob's regular expression, its wildcards as `glob_of` reads them."""
     pattern = ""
-    for part in re.split(r"(\*\*/?|\*|\?|\[!?\]?[^]]*\])", "/".join(names[first:]).rstrip("/")):
+    for part in re.split(r"(\*\*/?|\*|\?|\[!?\]?[^]]*\])", glob):
         if part.startswith("**"):
             pattern += "(?:.*/)?" if part.endswith("/") else ".*"
         elif part == "*":
@@ -197,7 +204,7 @@ def glob_of(location: str) -> tuple[str, str] | None:
             pattern += "[" + ("^" + part[2:-1] if part[1] == "!" else part[1:-1]) + "]"
         else:
             pattern += re.escape(part)
-    return (f"{head}://{fixed}" if sep else fixed), pattern
+    return pattern
 
 
 def _matched(
