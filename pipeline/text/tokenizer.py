@@ -209,10 +209,8 @@ def _prefix(text: str, chars: int) -> str:
     it where it is that short or has no such place."""
     if len(text) <= chars:
         return text
-    end = text.rfind(" ", 1, chars)
-    while end > 0 and text[end - 1].isspace():
-        end = text.rfind(" ", 1, end)
-    return text if end <= 0 else text[:end]
+    end = _last_place(_PIECE_ENDS[0], text, 1, chars)
+    return text if end is None else text[:end]
 
 
 def _piece_end(text: str, start: int, piece_chars: int) -> int:
@@ -222,12 +220,17 @@ def _piece_end(text: str, start: int, piece_chars: int) -> int:
     if limit >= len(text):
         return len(text)
     for places in _PIECE_ENDS:
-        end = None
-        for place in places.finditer(text, max(start + 1, limit - piece_chars // 4), limit):
-            end = place.start()
-        if end is not None:
+        if (end := _last_place(places, text, max(start + 1, limit - piece_chars // 4), limit)) is not None:
             return end
     return limit
+
+
+def _last_place(places: re.Pattern, text: str, start: int, end: int) -> int | None:
+    """Where the last match of `places` in text[start:end] is (the text read as if it ended at `end`)."""
+    last = None
+    for place in places.finditer(text, start, end):
+        last = place.start()
+    return last
 
 
 def _resplit(tok: HFTokenizer, split: BertSettings | SentencePieceSplit | ByteLevelSplit | None) -> str:
