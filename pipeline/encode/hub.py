@@ -25,8 +25,8 @@ HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<rev
 # What a model directory is read from (model_dir): configs, weights and the tokenizer (vocab.txt: a BERT
 # tokenizer saved before tokenizer.json); not the PyTorch, ONNX or other copies of the weights a repo may hold.
 FILES = ["*.json", "*.safetensors", "*vocab.txt"]
-# PyTorch's copy: fetched only into a folder that holds a config.json and no safetensors (model_dir reads it
-# there). The hub's conversion bot converted many repos' own weights, and not their Dense modules'.
+# PyTorch's copy: fetched only into a folder of weights (`_torch_only`) that holds no safetensors, where
+# model_dir reads it. The hub's conversion bot converted many repos' own weights, and not their Dense modules'.
 TORCH_FILES = "pytorch_model*.bin"
 WEIGHTED_MODULES = (".Transformer", ".Dense")  # the sentence-transformers modules that hold weights
 
