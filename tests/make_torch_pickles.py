@@ -3,8 +3,8 @@
 - `tensors-zip.bin` and `tensors-legacy.bin`: one state dict in torch's zip format (torch 1.6 and later) and
   in its legacy one (`_use_new_zipfile_serialization=False`, what checkpoints saved before mid-2020 are), with
   every storage type a checkpoint holds, and views: a transposed tensor, a row at an offset, two names on one
-  storage, an nn.Parameter and an empty tensor. `tensors.npz` holds what each name must read as (bfloat16 as
-  its uint16 bits).
+  storage, an nn.Parameter and an empty tensor, in an OrderedDict with `_metadata` as `state_dict()` makes
+  it. `tensors.npz` holds what each name must read as (bfloat16 as its uint16 bits).
 - `distilbert-dense/`: the families fixture of that name with its weights as torch pickles: the model's in
   the zip format (as transformers' `save_pretrained(safe_serialization=False)` wrote it), its Dense modules'
   in the legacy one (as sentence-transformers 2 under an older torch wrote them).
@@ -18,6 +18,7 @@ Needs torch (`.venv-bench`); the tests only read what this writes.
 
 from __future__ import annotations
 
+import collections
 import json
 import shutil
 from pathlib import Path
@@ -51,7 +52,10 @@ def state_dict() -> dict[str, torch.Tensor]:
         "parameter": torch.nn.Parameter(torch.randn(2, 2, generator=g)),
         "empty": torch.zeros(0, 3),
     }
-    return tensors
+    # As nn.Module.state_dict() returns it: an OrderedDict with the modules' versions in an attribute.
+    state = collections.OrderedDict(tensors)
+    state._metadata = collections.OrderedDict({"": {"version": 1}, "encoder": {"version": 2}})
+    return state
 
 
 def expected(tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
