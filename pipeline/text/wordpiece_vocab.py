@@ -42,6 +42,8 @@ def special_tokens(
     adds tokens of its own (added_tokens_decoder beyond these, added_tokens.json's): docembed does not build
     those."""
     added = config.get("added_tokens_decoder") or {}
+    if not isinstance(added, dict):
+        raise ModelError(f"{files}/tokenizer_config.json: added_tokens_decoder is not a mapping of ids to tokens")
     mapped = {} if added else special_tokens_map
     tokens = {}
     for key, default in SPECIAL_TOKENS.items():

@@ -50,6 +50,10 @@ def test_the_model_embeds_as_with_its_tokenizer_json(vocab_only):
             r"a token added to the vocabulary \('x'\)",
         ),
         (
+            lambda p: edit(p, "tokenizer_config.json", lambda c: c | {"added_tokens_decoder": ["x"]}),
+            "added_tokens_decoder is not a mapping of ids to tokens",
+        ),
+        (
             lambda p: (p / "vocab.txt").write_text((p / "vocab.txt").read_text().replace("[MASK]\n", "[MAASK]\n")),
             r"vocab.txt lacks the special token '\[MASK\]'",
         ),
@@ -59,7 +63,14 @@ def test_the_model_embeds_as_with_its_tokenizer_json(vocab_only):
         ),
         (lambda p: (p / "vocab.txt").unlink(), r"has no tokenizer.json \(nor a vocab.txt for BertTokenizer or Dis"),
     ],
-    ids=["added_tokens.json", "added_tokens_decoder", "special-token-missing", "not-a-token", "no-vocab"],
+    ids=[
+        "added_tokens.json",
+        "added_tokens_decoder",
+        "decoder-not-a-mapping",
+        "special-token-missing",
+        "not-a-token",
+        "no-vocab",
+    ],
 )
 def test_what_it_does_not_build_is_one_model_error(vocab_only, breakage, message):
     breakage(vocab_only)
