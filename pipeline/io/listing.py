@@ -153,7 +153,7 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
     A location with a wildcard (`glob_of`) is the files under its fixed part that the pattern matches."""
     if not str(location).strip():
         raise InputError("an input is an empty string (which would name the current directory)")
-    if glob := glob_of(location):
+    if (glob := glob_of(location)) and not _as_written(location):
         fixed, pattern = glob
         under = _location(fixed, start_after, page_size)  # checked now, as any location
         return _matched(location, re.compile(re.escape(tree(fixed)) + pattern + "(?:/.*)?"), under)
@@ -177,17 +177,28 @@ def glob_of(location: str) -> tuple[str, str] | None:
     """For a location with wildcards in a name (`docs/*.pdf`, `s3://b/crawl/**/*.pdf`, `d/202[45]-*/`): the
     location of the directory above the first such name, and a regular expression of what follows its `tree` in
     the URIs it matches. `*` and `?` stay within a name, `**` spans any folders, `[...]` is a set of characters
-    (`[!...]` its complement). None for a location without them, or a local path that exists as written."""
+    (`[!...]` its complement). None for a location without them."""
     head, sep, rest = location.partition("://")
     path = rest if sep else head
     names = path.split("/")
     first = next((i for i, name in enumerate(names) if any(c in name for c in "*?[")), None)
-    in_bucket = sep and first == 0  # no bucket's name holds one: left to the bucket's check to refuse
-    literal = not sep and os.path.exists(location)  # a local file or folder named so
-    if first is None or in_bucket or literal:
+    if first is None or sep and first == 0:  # no bucket's name holds one: left to the bucket's check to refuse
         return None
     fixed = "/".join(names[:first]) or ("/" if path.startswith("/") else ".")
     return (f"{head}://{fixed}" if sep else fixed), _translated("/".join(names[first:]).rstrip("/"))
+
+
+def _as_written(location: str) -> bool:
+    """Whether a file, folder, object or prefix is named by `location` as written: a name may hold `*` or `[`,
+    and then it is no glob."""
+    if not is_uri(location):
+        return os.path.exists(location)
+    if "?" in location:  # a URI's query: no key docembed reads holds one (`check_location`)
+        return False
+    check_location(location)
+    fs, path = filesystem_for(location)
+    with failing_at(f"input {location}"):
+        return file_info(fs, path).type != pafs.FileType.NotFound
 
 
 def _translated(glob: str) -> str:

@@ -28,7 +28,7 @@ KEYS = sorted(
     [f"tree/p{p:02d}/f{i}.txt" for p in range(10) for i in range(4)]
     + [f"tree/p03/deep/er/g{i}.md" for i in range(5)]
     + ["tree/a.txt", "tree/a-b.txt", "tree/a/x.pdf", "tree/a0.jsonl", "tree/é/ü.txt", "tree/z.png", "tree/b/x.bin"]
-    + ["tree/dir/", "tree/p01/skip.bin"]
+    + ["tree/dir/", "tree/p01/skip.bin", "tree/br[a]ck.txt"]  # a key with a glob's brackets, as written
     + [f"flat/n{i:03d}.txt" for i in range(40)]
 )
 
@@ -136,6 +136,8 @@ def test_a_glob_is_the_files_it_matches_under_its_fixed_part(scheme, glob, match
     rows, _, _ = listed([f"{scheme}://{BUCKET}/{glob}"], page_size=4)
     want, _ = expected(scheme)
     assert rows == [r for r in want if matches(r[0].removeprefix(f"{scheme}://{BUCKET}/"))] and rows
+    literal = f"{scheme}://{BUCKET}/tree/br[a]ck.txt"  # a key that exists as written is no glob
+    assert [r[0] for r in listed([literal])[0]] == [literal]
 
 
 def test_missing_buckets_and_prefixes(scheme):

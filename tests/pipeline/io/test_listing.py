@@ -257,6 +257,8 @@ def test_a_glob_is_the_files_it_matches_and_one_that_matches_none_is_said(tmp_pa
         rows, _, _ = listed([glob])
         assert [r[0] for r in rows] == [r[0] for r in want if matches(r[0][len(str(root)) + 1 :])], glob
     assert listed(["tree/*.nothing"])[0] == [] and "input tree/*.nothing matches no file" in caplog.text
+    (root / "br[a]ck.txt").write_text("x")  # a name that exists as written is no glob
+    assert [r[0] for r in listed(["tree/br[a]ck.txt"])[0]] == [str(root / "br[a]ck.txt")]
     with pytest.raises(InputError, match="input nowhere does not exist"):
         list_pages(["nowhere/*.txt"])
 
