@@ -316,7 +316,11 @@ def test_a_truncated_tokenizer_file_is_one_model_error(tmp_path):
             lambda p: (p / "model.safetensors").unlink(),
             "has no weights: neither model.safetensors nor pytorch_model.bin, nor a sharded copy of either",
         ),
-        (lambda p: (p / "tokenizer.json").unlink(), "has no tokenizer.json"),
+        # Without tokenizer.json a BERT is built from vocab.txt (pipeline.text.wordpiece_vocab): without both, none.
+        (
+            lambda p: [(p / name).unlink() for name in ("tokenizer.json", "vocab.txt")],
+            r"has no tokenizer.json \(nor a vocab.txt for BertTokenizer or DistilBertTokenizer\)",
+        ),
         (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
         (
             lambda p: (p / "config.json").write_text('{"model_type": "gpt2"}'),
