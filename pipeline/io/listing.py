@@ -153,11 +153,11 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
     A location with a wildcard (`glob_of`) is the files under its fixed part that the pattern matches."""
     if not str(location).strip():
         raise InputError("an input is an empty string (which would name the current directory)")
+    check_location(location)  # first: a URI's "?" begins a query (a signed URL's credentials), never a wildcard
     if (glob := glob_of(location)) and not _as_written(location):
         fixed, pattern = glob
         under = _location(fixed, start_after, page_size)  # checked now, as any location
         return _matched(location, re.compile(re.escape(tree(fixed)) + pattern + "(?:/.*)?"), under)
-    check_location(location)
     fs, path = filesystem_for(location)
     with failing_at(f"input {location}"):
         info = file_info(fs, path)
@@ -176,8 +176,9 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
 def glob_of(location: str) -> tuple[str, str] | None:
     """For a location with wildcards in a name (`docs/*.pdf`, `s3://b/crawl/**/*.pdf`, `d/202[45]-*/`): the
     location of the directory above the first such name, and a regular expression of what follows its `tree` in
-    the URIs it matches. `*` and `?` stay within a name, `**` spans any folders, `[...]` is a set of characters
-    (`[!...]` its complement). None for a location without them."""
+    the URIs it matches. `*` and `?` (in a local path: in a URI it begins a query, refused) stay within a name,
+    `**` spans any folders, `[...]` is a set of characters (`[!...]` its complement). None for a location
+    without them."""
     head, sep, rest = location.partition("://")
     path = rest if sep else head
     names = path.split("/")
@@ -193,9 +194,6 @@ def _as_written(location: str) -> bool:
     and then it is no glob."""
     if not is_uri(location):
         return os.path.exists(location)
-    if "?" in location:  # a URI's query: no key docembed reads holds one (`check_location`)
-        return False
-    check_location(location)
     fs, path = filesystem_for(location)
     with failing_at(f"input {location}"):
         return file_info(fs, path).type != pafs.FileType.NotFound
