@@ -41,6 +41,14 @@ def test_locations_with_credentials_options_or_unreadable_keys_are_refused(locat
     assert "secret" not in str(e.value)
 
 
+@pytest.mark.parametrize("glob", ["s3://bucket/docs/?.txt", "gs://bucket/docs/*.pdf?X-Amz-Signature=secret"])
+def test_a_glob_carries_no_query_past_the_check(glob):
+    """A URI's "?" begins its query (a signed URL's credentials), before it could be a glob's wildcard."""
+    with pytest.raises(ConfigError, match="options in URIs are not accepted") as e:
+        list_pages([glob])
+    assert "secret" not in str(e.value)
+
+
 def test_a_secret_with_a_slash_is_refused_and_never_shown(tmp_path, capsys):
     """AWS secrets may hold a "/", which ends a URI's netloc: --input, --output and --model refuse it in one line."""
     from pipeline.cli.embed import main
