@@ -113,8 +113,6 @@ def closed_port() -> int:
         # Ray's ray.init retried this for as long as it was left (5 minutes here), printing a line every few seconds.
         ("127.0.0.1:{port}", "RAY_ADDRESS=127.0.0.1:{port}: nothing answers there (Connection refused)"),
         ("ray://127.0.0.1:{port}", "RAY_ADDRESS=ray://127.0.0.1:{port}: nothing answers there (Connection refused)"),
-        # With no cluster recorded in RAY_TMPDIR: Ray's ConnectionError and its traceback.
-        ("auto", "RAY_ADDRESS=auto: Could not find any running Ray instance"),
     ],
 )
 def test_a_cluster_address_nothing_answers_at_is_one_line(tmp_path, address, message):
@@ -127,6 +125,15 @@ def test_a_cluster_address_nothing_answers_at_is_one_line(tmp_path, address, mes
         f"docembed: error: {message.format(port=port)}; unset RAY_ADDRESS to run on a private local Ray\n"
     ), result.stderr
     assert not (tmp_path / "out").exists() and time.time() - started < 60
+
+
+@pytest.mark.alone
+def test_auto_with_no_ray_on_the_machine_is_one_line(tmp_path):
+    """Ray's ConnectionError, which came with its traceback. Alone: `auto` also finds a Ray by its processes,
+    and the other pytest worker's would answer."""
+    test_a_cluster_address_nothing_answers_at_is_one_line(
+        tmp_path, "auto", "RAY_ADDRESS=auto: Could not find any running Ray instance"
+    )
 
 
 @pytest.mark.parametrize(
