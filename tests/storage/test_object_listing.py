@@ -127,7 +127,8 @@ def test_start_after_gives_the_tail(scheme):
 @pytest.mark.parametrize(
     "glob, matches",
     [
-        ("tree/p0?/f[13].txt", lambda k: re.fullmatch(r"tree/p0\d/f[13]\.txt", k)),
+        # No "?": in a URI it begins a query, refused (test_uris).
+        ("tree/p0*/f[13].txt", lambda k: re.fullmatch(r"tree/p0[^/]*/f[13]\.txt", k)),
         ("tree/**/*.md", lambda k: k.startswith("tree/") and k.endswith(".md")),
         ("*/a*", lambda k: re.match(r"[^/]+/a", k)),  # a folder's name matched takes the files under it
     ],
