@@ -491,9 +491,13 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     tokenizer_config = _read_object(files / "tokenizer_config.json", {})
     loader = tokenizer_config | transformer.tokenizer
     config = _read_object(files / "config.json", {})
-    file, special_tokens = files / "tokenizer.json", None
-    if not file.is_file() and tokenizer_class.name_of(files, config, loader) in wordpiece_vocab.CLASSES:
-        file = files / wordpiece_vocab.VOCAB_FILE  # as transformers builds the class without a tokenizer.json
+    file, special_tokens, vocab = files / "tokenizer.json", None, files / wordpiece_vocab.VOCAB_FILE
+    if (
+        not file.is_file()
+        and vocab.is_file()
+        and tokenizer_class.name_of(files, config, loader) in wordpiece_vocab.CLASSES
+    ):
+        file = vocab  # as transformers builds the class without a tokenizer.json
         special_tokens = wordpiece_vocab.special_tokens(
             files,
             tokenizer_config,
@@ -502,8 +506,8 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
             _read_object(files / "added_tokens.json", {}),
         )
     if not file.is_file():
-        vocab = f" (nor a {wordpiece_vocab.VOCAB_FILE} for {' or '.join(sorted(wordpiece_vocab.CLASSES))})"
-        raise ModelError(f"model directory {files} has no tokenizer.json{vocab}")
+        nor = f" (nor a {wordpiece_vocab.VOCAB_FILE} for {' or '.join(sorted(wordpiece_vocab.CLASSES))})"
+        raise ModelError(f"model directory {files} has no tokenizer.json{nor}")
     return Tokenizer(
         file,
         prompt=prompt,
