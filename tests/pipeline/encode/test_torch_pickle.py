@@ -6,7 +6,6 @@ a pickle that names anything a state dict does not hold is refused before it run
 
 import io
 import pickle
-import shutil
 import zipfile
 
 import jax
@@ -14,7 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from pipeline.encode import model_dir, torch_pickle
+from pipeline.encode import model_dir, torch_pickle, weights
 from pipeline.errors import ModelError
 
 from support import FAMILY_FIXTURES, REPO
@@ -104,17 +103,10 @@ def test_a_model_in_torch_pickles_has_the_safetensors_copys_parameters(name):
     """The model's own weights (one zip file, or four shards and their index) and its Dense modules' (the
     legacy format) load to exactly the arrays of the same model in safetensors."""
     pickles, safetensors = model_dir.resolve(FIXTURES / name), model_dir.resolve(FAMILY_FIXTURES / name)
-    assert [f.suffix for f in model_dir.weights_files(pickles.files)][-1] == ".bin"
+    assert [f.suffix for f in weights.files(pickles.files)][-1] == ".bin"
     assert pickles.arch == safetensors.arch
     model_dir.check_weights(pickles)
     got, got_tree = jax.tree.flatten([model_dir.load_params(pickles), *model_dir.load_projections(pickles)])
     want, want_tree = jax.tree.flatten([model_dir.load_params(safetensors), *model_dir.load_projections(safetensors)])
     assert got_tree == want_tree
     assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want, strict=True))
-
-
-def test_safetensors_are_read_where_both_are_there(tmp_path):
-    both = tmp_path / "both"
-    shutil.copytree(FAMILY_FIXTURES / "distilbert-dense", both)
-    shutil.copy(FIXTURES / "distilbert-dense" / "pytorch_model.bin", both)
-    assert model_dir.weights_files(both) == [both / "model.safetensors"]
