@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -67,17 +69,103 @@ def embedding_matrix(table: pa.Table) -> np.ndarray:
 
 
 def nearest(table: pa.Table, query_D: np.ndarray, k: int = 3) -> pa.Table:
-    """The k chunks most cosine-similar to `query_D` (or a [1, D] query, as `Embedder.embed` returns one), best
-    first, with a `score` column."""
+    """The k chunks of `table` most cosine-similar to `query_D` (or a [1, D] query, as `Embedder.embed` returns
+    one), best first, equal scores in document and chunk order, with a `score` column."""
+    return _best([_TablePart(table)], table.schema, query_D, k)
+
+
+def search(output: str, query_D: np.ndarray, k: int = 3) -> pa.Table:
+    """`nearest` over a finished output's chunks, read part by part: their keys and embeddings in batches of
+    `SEARCH_BATCH_ROWS`, then only the k rows found, whole. Its memory is a batch's and k rows', whatever the
+    output's size; `read_table` holds every chunk."""
+    read_report(output)
+    fs, root = filesystem_for(output)
+    path = f"{root}/{EMBEDDINGS_DIR}"
+    if not list_files(fs, path):
+        return nearest(NO_EMBEDDINGS_SCHEMA.empty_table(), query_D, k)
+
+    def scan() -> pa.Table:
+        dataset = ds.dataset(path, filesystem=fs, format="parquet")
+        return _best(list(dataset.get_fragments()), dataset.schema, query_D, k)
+
+    return retrying(f"cannot read {shown(fs, path)}", scan)
+
+
+# Rows scored at a time: 8,192 embeddings of 384 float32 are 12 MiB. Only the keys and the embedding are read.
+SEARCH_BATCH_ROWS = 8192
+_KEYS = ["doc_id", "chunk_index"]
+_RANK = [("score", "descending"), ("doc_id", "ascending"), ("chunk_index", "ascending")]
+
+
+class _TablePart:
+    """A table in memory, read as `search` reads a Parquet part (`pyarrow.dataset.Fragment`)."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+
+    def to_batches(self, columns: list[str] | None = None, *, batch_size: int, **_) -> list[pa.RecordBatch]:
+        return (self.table if columns is None else self.table.select(columns)).to_batches(max_chunksize=batch_size)
+
+
+def _best(parts: list, schema: pa.Schema, query_D: np.ndarray, k: int) -> pa.Table:
+    """The k rows of `parts` (Parquet fragments, or one `_TablePart`) that score best against `query_D`, whole,
+    with their `score`, ranked. Each batch keeps its rows that score at least its k-th (ties included), then the
+    running best are cut back to k: never more than a batch and its candidates in memory."""
     if k < 0:
         raise ValueError(f"k must be at least 0, got {k}")
-    if not table.num_rows:
-        return table.append_column("score", pa.array([], pa.float32()))
     query_D = np.asarray(query_D, np.float32).reshape(-1)
-    emb_ND = embedding_matrix(table)
-    if query_D.shape[0] != emb_ND.shape[1]:
-        raise ValueError(f"the query has {query_D.shape[0]} dimensions, the embeddings {emb_ND.shape[1]}")
-    norms = np.linalg.norm(emb_ND, axis=1) * max(float(np.linalg.norm(query_D)), 1e-12)
-    scores_N = emb_ND @ query_D / np.maximum(norms, 1e-12)
-    top = np.argsort(-scores_N, kind="stable")[:k]
-    return table.take(top).append_column("score", pa.array(scores_N[top], pa.float32()))
+    query_norm = max(float(np.linalg.norm(query_D)), 1e-12)
+    best = []  # small tables: score, doc_id, chunk_index, the part's index and the row's within it
+    for p, batch, offset in _batches(parts if k else [], [*_KEYS, "embedding"]):
+        emb_ND = embedding_matrix(pa.Table.from_batches([batch]))
+        if query_D.shape[0] != emb_ND.shape[1]:
+            raise ValueError(f"the query has {query_D.shape[0]} dimensions, the embeddings {emb_ND.shape[1]}")
+        # einsum sums each row by itself, where a matrix-vector product's rounding depends on the rows beside it: a
+        # chunk's score is the same in whichever batch it is read. Nor does it make a [N, D] temporary.
+        norms = np.sqrt(np.einsum("nd,nd->n", emb_ND, emb_ND)) * query_norm
+        scores_N = np.einsum("nd,d->n", emb_ND, query_D) / np.maximum(norms, 1e-12)
+        keep = np.arange(len(scores_N))
+        if len(scores_N) > k:
+            keep = np.flatnonzero(scores_N >= np.partition(scores_N, -k)[-k])
+        found = batch.select(_KEYS).take(keep)
+        best.append(
+            pa.table(
+                {
+                    "score": pa.array(scores_N[keep], pa.float32()),
+                    **dict(zip(_KEYS, found.columns)),
+                    "part": pa.array(np.full(len(keep), p), pa.int32()),
+                    "row": pa.array(offset + keep, pa.int64()),
+                }
+            )
+        )
+        best = [pa.concat_tables(best).sort_by(_RANK).slice(0, k)]
+    if not best or not best[0].num_rows:
+        return schema.empty_table().append_column("score", pa.array([], pa.float32()))
+    return _whole_rows(parts, best[0])
+
+
+def _batches(parts: list, columns: list[str] | None = None):
+    """(part index, batch, the batch's first row within its part) over `parts`, each part read in batches."""
+    for p, part in enumerate(parts):
+        offset = 0
+        for batch in part.to_batches(columns=columns, batch_size=SEARCH_BATCH_ROWS, batch_readahead=1):
+            yield p, batch, offset
+            offset += batch.num_rows
+
+
+def _whole_rows(parts: list, best: pa.Table) -> pa.Table:
+    """The rows `best` locates (its part and row columns), every column, with their score, ranked. Only the parts
+    that hold one are read, a batch at a time up to the last row wanted, and each row is copied out of its batch
+    (a `Fragment.take` keeps the whole batch it read alive behind the few rows it returns)."""
+    rows = []
+    for p in sorted(set(best.column("part").to_pylist())):
+        mine = best.filter(pc.equal(best.column("part"), p))
+        wanted, scores = mine.column("row").to_numpy(), mine.column("score").combine_chunks()
+        for _, batch, offset in _batches([parts[p]]):
+            inside = (wanted >= offset) & (wanted < offset + batch.num_rows)
+            if inside.any():
+                taken = pa.Table.from_batches([batch.take(wanted[inside] - offset)])
+                rows.append(taken.append_column("score", scores.filter(inside)))
+            if offset + batch.num_rows > wanted.max():
+                break
+    return pa.concat_tables(rows).sort_by(_RANK)

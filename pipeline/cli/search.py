@@ -11,7 +11,7 @@ from pipeline import Embedder
 from pipeline.cli import error_line
 from pipeline.errors import UserError
 from pipeline.options import parse_options
-from pipeline.results import nearest, read_report, read_table
+from pipeline.results import read_report, search
 
 
 def excerpt(text: str, head: int = 200, tail: int = 100) -> str:
@@ -28,12 +28,12 @@ def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
         if not a["query"].strip():
             raise UserError(f"--query must not be blank, got {a['query']!r}")
         report = read_report(a["output"])
-        table = read_table(a["output"])
-        if not table.num_rows:
+        embedder = Embedder.for_output(a["output"], report)
+        query_D = embedder.embed([a["query"]], prompt=a["prompt"])[0]  # the prompt is checked
+        hits = search(a["output"], query_D, a["top"])
+        if not hits.num_rows:
             failed = report["counts"]["docs_failed"]
             raise UserError(f"{a['output']} holds no embedded chunk: its {failed} documents failed (see errors/)")
-        embedder = Embedder.for_output(a["output"], report)
-        hits = nearest(table, embedder.embed([a["query"]], prompt=a["prompt"])[0], a["top"])  # the prompt is checked
     except UserError as e:
         return error_line(str(e))
     print(f"top {len(hits)} chunks for: {a['query']!r}")
