@@ -20,7 +20,7 @@ import pytest
 from pipeline import Embedder, JobConfig, run_job
 from pipeline.errors import StorageError
 from pipeline.io.filesystems import filesystem_for, list_files
-from pipeline.results import embedding_matrix, read_errors, read_report, read_table
+from pipeline.results import embedding_matrix, nearest, read_errors, read_report, read_table, search
 
 from stored_corpus import expected_docs, upload
 from support import REPO, assert_no_secrets, ray_log_files, recorded_members
@@ -71,6 +71,8 @@ def check_output(output: str, base: str, reference, corpus) -> None:
     assert keys(chunks) == ref_keys  # both sorted by (doc_id, chunk_index); the prefix sorts the same
     np.testing.assert_allclose(embedding_matrix(chunks), embedding_matrix(reference), atol=2e-5)
     assert chunks.column("text").to_pylist() == reference.column("text").to_pylist()
+    query_D = embedding_matrix(chunks)[0]  # `docembed search`'s read, part by part from the store
+    assert search(output, query_D, k=5).equals(nearest(chunks, query_D, k=5))
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
