@@ -86,14 +86,35 @@ def list_inputs(
 ) -> tuple[list[InputFile], int]:
     """All readable inputs under `locations` in memory, sorted by URI, and how many files were skipped.
 
-    For callers that need a small list (sampling, tests); a job streams `list_pages`.
+    For callers that need a small list (tests); a job streams `list_pages`, a sample takes `sample_inputs`.
     """
     inputs, skipped = [], 0
     for page in list_pages(locations, leave_out=leave_out):
         skipped += page.skipped
-        columns = page.entries.to_pydict()
-        inputs += map(InputFile, columns["uri"], columns["kind"], columns["size"])
+        inputs += _input_files(page.entries)
     return inputs, skipped
+
+
+def sample_inputs(
+    locations: list[str], k: int, leave_out: Callable[[str], bool] = lambda uri: False
+) -> tuple[list[InputFile], int]:
+    """At most `k` inputs spread evenly over the listing of `locations` (from the first), and how many inputs it
+    has. The listing streams: every `step`-th entry is kept, and where that makes 2k the step doubles and
+    every other one kept goes, so at most 2k entries and a page are held however long the listing."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    kept, step, seen = [], 1, 0
+    for page in list_pages(locations, leave_out=leave_out):
+        kept += _input_files(page.entries.take(pa.array(range(-seen % step, page.entries.num_rows, step), pa.int64())))
+        seen += page.entries.num_rows
+        while len(kept) >= 2 * k:
+            kept, step = kept[::2], step * 2
+    return (kept if len(kept) <= k else [kept[i * len(kept) // k] for i in range(k)]), seen
+
+
+def _input_files(entries: pa.RecordBatch) -> list[InputFile]:
+    columns = entries.to_pydict()
+    return list(map(InputFile, columns["uri"], columns["kind"], columns["size"]))
 
 
 def _paged(

@@ -24,7 +24,7 @@ from pipeline.encode.encoder import Encoder, EncoderConfig
 from pipeline.encode.placement import ACCELERATOR_HOST_CPUS
 from pipeline.errors import InputError
 from pipeline.extract.sandbox import ExtractConfig
-from pipeline.io.listing import list_inputs
+from pipeline.io.listing import sample_inputs
 from pipeline.io.shards import ShardFields
 from pipeline.io.uris import redact
 from pipeline.output.groups import record_groups, work_blocks
@@ -102,11 +102,9 @@ def sample_cpu_stages(
     PDFs go through the extraction sandbox as in the job, so its cost (and its
     child's start-up, once) is part of the extract stage's time.
     """
-    inputs, _ = list_inputs(locations, leave_out=output_file)
-    if not inputs:
+    sample, inputs = sample_inputs(locations, sample_docs, leave_out=output_file)
+    if not sample:
         raise InputError(f"no documents under {redact(', '.join(locations))}")
-    step = max(1, len(inputs) // sample_docs)
-    sample = inputs[::step][:sample_docs]
     tally = RunTally()
     chunker = ChunkBlock(model, chunking, record=tally.record)
     windows, documents = [], 0
@@ -121,7 +119,7 @@ def sample_cpu_stages(
             windows += chunks.filter(ok).column("token_ids").to_pylist()
         if documents >= sample_docs:
             break
-    return CpuSample(documents, len(inputs), tally.stages(), windows)
+    return CpuSample(documents, inputs, tally.stages(), windows)
 
 
 def measure_encoder(model: str | None, cfg: EncoderConfig, windows: list[list[int]]) -> EncoderRate:

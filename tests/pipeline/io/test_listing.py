@@ -8,6 +8,8 @@ import re
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pytest
 
 from pipeline import kinds
@@ -74,6 +76,52 @@ def test_pages_are_sorted_complete_and_count_the_skipped(tmp_path, page_size):
     assert [r[0] for r in rows] == sorted({r[0] for r in rows})  # strictly ascending
     assert pages == -(-len(want) // page_size)
     assert str(root / "a-b.txt") in [r[0] for r in rows]
+
+
+@pytest.mark.parametrize("files, k", [(1000, 10), (1000, 7), (5, 10), (64, 32), (1, 1)])
+def test_a_sample_is_spread_evenly_from_the_first_input_to_the_end(tmp_path, files, k):
+    for i in range(files):
+        (tmp_path / f"f{i:04d}.txt").write_text("x")
+    sample, count = listing.sample_inputs([str(tmp_path)], k)
+    positions = [int(Path(f.uri).stem[1:]) for f in sample]
+    assert count == files and len(positions) == min(k, files) and positions == sorted(set(positions))
+    assert positions[0] == 0
+    gaps = np.diff(positions)
+    if files > k:  # spread over the whole listing, not its first part: no gap more than twice another
+        assert positions[-1] >= files * (k - 1) / k / 2 and gaps.max() <= 2 * gaps.min() + 1, positions
+
+
+class Counted:
+    """Stands in for InputFile, counting how many are alive at once."""
+
+    alive = most = 0
+
+    def __init__(self, uri, kind, size):
+        self.uri = uri
+        Counted.alive += 1
+        Counted.most = max(Counted.most, Counted.alive)
+
+    def __del__(self):
+        Counted.alive -= 1
+
+
+def test_a_sample_holds_2k_entries_and_a_page_however_long_the_listing(monkeypatch):
+    """500 pages of 1,000 entries (a store's listing, made up here): 10 kept, evenly spaced over all of it, and
+    never more than 2k entries and a page's alive at once."""
+    monkeypatch.setattr(listing, "InputFile", Counted)
+
+    def pages(locations, leave_out):
+        for p in range(500):
+            uris = [f"s3://b/{p * 1000 + i:07d}.txt" for i in range(1000)]
+            entries = pa.RecordBatch.from_pydict({"uri": uris, "kind": ["text"] * 1000, "size": [1] * 1000})
+            yield listing.Page(entries, skipped=0)
+
+    monkeypatch.setattr(listing, "list_pages", pages)
+    sample, count = listing.sample_inputs(["s3://b"], 10)
+    positions = [int(f.uri[7:14]) for f in sample]
+    assert count == 500_000 and positions[0] == 0 and positions[-1] > 400_000, positions
+    assert np.diff(positions).max() <= 2 * np.diff(positions).min(), positions
+    assert Counted.most <= 2 * 10 + 1000, Counted.most
 
 
 def test_overlapping_locations_and_single_files_are_listed_once(tmp_path):
