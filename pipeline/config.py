@@ -57,7 +57,7 @@ class JobConfig:
     profile: str | None = None  # directory for JAX profiler traces of the encoder actors
     overwrite: bool = False
     group_size: int = 64  # single-document files committed together (a shard is a group of its own)
-    id_field: str = "id"  # a jsonl/parquet shard row's document id
+    id_field: str = "id"  # a jsonl/parquet shard row's document id; "": the row's position (line:N, row:N)
     text_field: str = "text"  # a jsonl/parquet shard row's text
     verbosity: str = "normal"  # "quiet", "normal" or "verbose": what the job prints (pipeline.run.console)
 
@@ -73,8 +73,8 @@ class JobConfig:
             raise ConfigError(f"--group-size must be at least 1, got {self.group_size}")
         if self.verbosity not in VERBOSITY:
             raise ConfigError(f"verbosity must be one of {', '.join(VERBOSITY)}, got {self.verbosity!r}")
-        if not self.id_field or not self.text_field:
-            raise ConfigError("--id-field and --text-field must not be empty")
+        if not self.text_field:
+            raise ConfigError("--text-field must not be empty")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -207,7 +207,8 @@ OPTIONS = (
     Option(
         "--id-field",
         str,
-        "document id field of jsonl/parquet shards (default id)",
+        "document id field of jsonl/parquet shards (default id); '' names each row by its position, line:N "
+        "or row:N, for shards without ids",
         "id",
         metavar="NAME",
         commands=EMBED_CAPACITY,

@@ -72,8 +72,12 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 @dataclasses.dataclass(frozen=True)
 class ShardFields:
-    id: str = "id"
+    id: str = "id"  # "": no id field, each row named by its position (`line:N`, `row:N`)
     text: str = "text"
+
+    @property
+    def positional(self) -> bool:
+        return not self.id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +186,8 @@ def _jsonl_cuts(uri: str, raw: io.RawIOBase, fields: ShardFields, unit_bytes: in
         if not line.strip():
             continue
         docs += 1
+        if fields.positional:
+            continue  # no ids to repeat: each line is named by its number
         try:
             column.add(_id_str(_jsonl_record(line, "", fields).get(fields.id)), line_no)
         except ShardError:
@@ -205,7 +211,7 @@ def _parquet_cuts(raw: io.RawIOBase, fields: ShardFields, unit_bytes: int):
         rows += group.num_rows
     column, row = _IdColumn(), 0
     try:
-        for batch in _parquet_batches(shard, [fields.id], WHOLE):
+        for batch in [] if fields.positional else _parquet_batches(shard, [fields.id], WHOLE):
             for doc_id in batch.column(0).to_pylist():
                 column.add(_id_str(doc_id), row)
                 row += 1
@@ -374,9 +380,10 @@ def _jsonl_rows(
         except ShardError as e:
             yield _error(f"{shard}#{where}", e.error_type, str(e))
             continue
-        doc_id = _id_str(record.get(fields.id, ABSENT))
+        doc_id = where if fields.positional else _id_str(record.get(fields.id, ABSENT))
         text = record.get(fields.text, ABSENT)
-        yield _document(shard, doc_id, text, where, fields, _named(doc_id) and repeats(doc_id, line_no))
+        repeated = not fields.positional and _named(doc_id) and repeats(doc_id, line_no)
+        yield _document(shard, doc_id, text, where, fields, repeated)
 
 
 def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
@@ -387,10 +394,12 @@ def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
     except (ValueError, OSError) as e:  # ArrowInvalid is a ValueError
         raise _corrupt(e, "not a Parquet file") from None
     names = shard.schema_arrow.names
-    missing = [f for f in (fields.id, fields.text) if f not in names]
+    wanted = _columns(fields)
+    missing = [f for f in wanted if f not in names]
     if missing:
-        raise ShardError("BadShard", f"no column {', '.join(missing)} (columns: {', '.join(names)})")
-    repeated = [f for f in dict.fromkeys((fields.id, fields.text)) if names.count(f) > 1]
+        hint = "; --id-field '' names each row by its position" if fields.id in missing else ""
+        raise ShardError("BadShard", f"no column {', '.join(missing)} (columns: {', '.join(names)}){hint}")
+    repeated = [f for f in wanted if names.count(f) > 1]
     if repeated:
         raise ShardError("BadShard", f"more than one column named {', '.join(repeated)}")
     return shard
@@ -411,16 +420,23 @@ def _parquet_rows(
     parquet = _open_parquet(raw, fields)
     row = unit.first
     try:
-        # By name: one column when the id is the text (`dict.fromkeys` keeps one of the two).
-        for batch in _parquet_batches(parquet, list(dict.fromkeys([fields.id, fields.text])), unit):
-            ids = batch.column(fields.id).to_pylist()
+        for batch in _parquet_batches(parquet, _columns(fields), unit):
             texts = batch.column(fields.text).to_pylist()
+            ids = [None] * len(texts) if fields.positional else batch.column(fields.id).to_pylist()
             for doc_id, text in zip(ids, texts):
-                doc_id = _id_str(doc_id)
-                yield _document(shard, doc_id, text, f"row:{row}", fields, _named(doc_id) and repeats(doc_id, row))
+                where = f"row:{row}"
+                doc_id = where if fields.positional else _id_str(doc_id)
+                repeated = not fields.positional and _named(doc_id) and repeats(doc_id, row)
+                yield _document(shard, doc_id, text, where, fields, repeated)
                 row += 1
     except (ValueError, OSError, OverflowError) as e:  # OverflowError: a date or time beyond Python's
         raise _corrupt(e, f"unreadable Parquet data at row {row}") from None
+
+
+def _columns(fields: ShardFields) -> list[str]:
+    """The columns a Parquet shard's rows are read from, by name: one when the id is the text, none for the id
+    where rows are named by their position."""
+    return list(dict.fromkeys([fields.text] if fields.positional else [fields.id, fields.text]))
 
 
 def _corrupt(e: BaseException, what: str) -> ShardError:

@@ -43,6 +43,12 @@ def test_an_input_flag_takes_several_as_a_shells_glob_hands_them_over():
     assert cfg.inputs == ("a.pdf", "b.pdf", "c")
 
 
+def test_an_empty_id_field_names_rows_by_position_an_empty_text_field_is_refused():
+    assert parse_job_args(["--input", "a", "--output", "o", "--id-field", ""]).id_field == ""
+    with pytest.raises(ConfigError, match="--text-field must not be empty"):
+        parse_job_args(["--input", "a", "--output", "o", "--text-field", ""])
+
+
 def test_yaml_file_with_flags_overriding_it(tmp_path):
     path = write(tmp_path, "input: [docs/a, docs/b]\noutput: out/x\nmax-tokens: 128\noverlap: 8\ndtype: bfloat16\n")
     cfg = parse_job_args(["--config", path, "--overlap", "16", "--input", "only"])

@@ -16,6 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipeline.cli import submit
@@ -35,21 +37,27 @@ def run(command: list[str], *args: str, env: dict | None = None, timeout: float 
 
 @pytest.fixture(scope="module")
 def embedded(ray_local, tmp_path_factory) -> Path:
-    """`docembed embed --config job.yaml` with flags over the file: samples/text into an output, on a Ray that is
-    up, as on a cluster (a private Ray's start: tests/jobs/test_embed_cli.py's demo)."""
+    """`docembed embed --config job.yaml` with flags over the file: samples/text and a Parquet shard without ids
+    (`--id-field ''`: its rows named by position) into an output, on a Ray that is up, as on a cluster (a private
+    Ray's start: tests/jobs/test_embed_cli.py's demo)."""
     root = tmp_path_factory.mktemp("embedded")
-    (root / "job.yaml").write_text(f"input: [{SAMPLES / 'text'}]\nmax-tokens: 128\noverlap: 8\n")
+    (root / "shard").mkdir()
+    pq.write_table(pa.table({"content": ["Bread rises.", "Rain falls."]}), root / "shard" / "rows.parquet")
+    inputs = f"[{SAMPLES / 'text'}, {root / 'shard'}]"
+    (root / "job.yaml").write_text(f"input: {inputs}\nmax-tokens: 128\noverlap: 8\ntext-field: content\n")
     out = root / "out"
-    args = ["--config", str(root / "job.yaml"), "--output", str(out), "--overlap", "16"]
+    args = ["--config", str(root / "job.yaml"), "--output", str(out), "--overlap", "16", "--id-field", ""]
     result = run(DOCEMBED, "embed", *args, env=os.environ | {"RAY_ADDRESS": ray_local})
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "docembed: 5 inputs (0 skipped): 5 embedded, 0 failed" in result.stdout
+    assert "docembed: 6 inputs (0 skipped), 7 documents: 7 embedded, 0 failed" in result.stdout
     return out
 
 
 def test_embed_takes_a_config_file_and_flags_over_it(embedded):
     chunking = read_report(str(embedded))["config"]["chunking"]
     assert (chunking["max_tokens"], chunking["overlap"]) == (128, 16)
+    rows = [d.rsplit("/", 1)[1] for d in read_table(str(embedded)).column("doc_id").to_pylist() if "#" in d]
+    assert rows == ["rows.parquet#row:0", "rows.parquet#row:1"]
 
 
 def test_search_with_every_option(embedded):

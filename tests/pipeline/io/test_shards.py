@@ -220,6 +220,39 @@ def test_a_shard_cut_into_units_reads_as_the_whole_shard_does_repeats_across_uni
     assert sum(len(u.repeats) for u in plan.units) == 4
 
 
+POSITIONAL = ShardFields(id="")
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_without_an_id_field_each_row_is_named_by_its_position_whole_or_in_units(tmp_path, kind):
+    """--id-field '': the ids the shard holds, repeated or not, are not read; every row is a document under its
+    line or row, the blank and the broken ones are what they are with ids."""
+    uri = write_shard(tmp_path, kind)
+    whole = list(iter_shard(uri, kind, POSITIONAL))
+    docs = [r["doc_id"].split("#", 1)[1] for r in whole if "pages" in r]
+    lines = [*range(1, 5), *range(7, 15)]  # line 5 is blank, line 6 broken
+    assert docs == ([f"line:{n}" for n in lines] if kind == "jsonl" else [f"row:{n}" for n in range(12)])
+    assert [r["pages"] for r in whole if "pages" in r] == [[f"text number {i} " * 5] for i in range(12)]
+    errors = [(r["doc_id"].split("#", 1)[1], r["error_type"]) for r in whole if "error_type" in r]
+    assert errors == ([("line:6", "BadRecord")] if kind == "jsonl" else [])
+    size = (tmp_path / uri.rsplit("/", 1)[1]).stat().st_size
+    plan = shards.plan_units(uri, kind, size, POSITIONAL, unit_bytes=150)
+    assert plan is not None and len(plan.units) >= 3 and all(u.repeats == () for u in plan.units)
+    assert [row for u in plan.units for row in iter_shard(uri, kind, POSITIONAL, u)] == whole
+
+
+def test_a_parquet_shard_without_the_id_column_says_how_to_name_rows_by_position(tmp_path):
+    pq.write_table(pa.table({"content": ["one", "two"], "url": ["u1", "u2"]}), tmp_path / "p.parquet")
+    (row,) = iter_shard(str(tmp_path / "p.parquet"), "parquet", ShardFields(text="content"))
+    assert row["error_type"] == "BadShard" and row["error_message"] == (
+        "no column id (columns: content, url); --id-field '' names each row by its position"
+    )
+    rows = list(iter_shard(str(tmp_path / "p.parquet"), "parquet", ShardFields(id="", text="content")))
+    assert [(r["doc_id"].split("#")[1], r["pages"]) for r in rows] == [("row:0", ["one"]), ("row:1", ["two"])]
+    rows = list(iter_shard(str(tmp_path / "p.parquet"), "parquet", ShardFields(id="url", text="content")))
+    assert [r["doc_id"].split("#")[1] for r in rows] == ["u1", "u2"]
+
+
 def test_a_small_shard_is_one_unit(tmp_path):
     uri = write_shard(tmp_path, "jsonl")
     assert shards.plan_units(uri, "jsonl", 100, unit_bytes=150) is None
