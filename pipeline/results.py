@@ -77,8 +77,8 @@ def nearest(table: pa.Table, query_D: np.ndarray, k: int = 3) -> pa.Table:
 
 def search(output: str, query_D: np.ndarray, k: int = 3) -> pa.Table:
     """`nearest` over a finished output's chunks, read part by part: their keys and embeddings in batches of
-    `SEARCH_BATCH_ROWS`, then only the k rows found, whole. Its memory is a batch's and k rows', whatever the
-    output's size; `read_table` holds every chunk."""
+    `SEARCH_BATCH_ROWS`, `SEARCH_PARTS_AHEAD` parts at once, then only the k rows found, whole. Its memory is
+    those batches' and k rows', whatever the output's size; `read_table` holds every chunk."""
     read_report(output)
     fs, root = filesystem_for(output)
     path = f"{root}/{EMBEDDINGS_DIR}"
