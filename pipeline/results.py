@@ -40,20 +40,53 @@ def read_report(output: str) -> dict:
         raise InputError(f"{output}/{SUCCESS_FILE} is not a run's report: {e}") from None
 
 
-def read_table(output: str, which: str = EMBEDDINGS_DIR) -> pa.Table:
-    """All parts under `embeddings/` (or `errors/`) as one table, sorted by document and chunk."""
+def read_table(output: str, which: str = EMBEDDINGS_DIR, columns: list[str] | None = None) -> pa.Table:
+    """All parts under `embeddings/` (or `errors/`) as one table, sorted by document and chunk. `columns`: only
+    those (and the keys it is sorted by), where every chunk's embedding and text need not be held."""
     if which not in (EMBEDDINGS_DIR, ERRORS_DIR):  # a misspelt one would read as a table without rows
         raise ValueError(f"which must be {EMBEDDINGS_DIR!r} or {ERRORS_DIR!r}, got {which!r}")
     read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
     fs, root = filesystem_for(output)
+    keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
+    wanted = None if columns is None else list(dict.fromkeys([*(key for key, _ in keys), *columns]))
     # No part (a run without a single error, or one whose every document failed): on object stores no prefix either.
     if not list_files(fs, f"{root}/{which}"):
         table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
+        table = table if wanted is None else table.select(wanted)
     else:
         path = f"{root}/{which}"
-        table = retrying(f"cannot read {shown(fs, path)}", lambda: pq.read_table(path, filesystem=fs))
-    keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
+        table = retrying(f"cannot read {shown(fs, path)}", lambda: pq.read_table(path, filesystem=fs, columns=wanted))
     return table.sort_by(keys)
+
+
+def read_sample(output: str, rows: int, columns: list[str] | None = None, seed: int = 0) -> pa.Table:
+    """`rows` chunks of a finished output drawn at random (every chunk where it holds no more), the same for the
+    same `seed`, sorted by document and chunk; `columns` as `read_table`'s. Its parts are read in a random order
+    until they hold `rows`, so it holds about those and a part, whatever the output's size (a map of an output, a
+    look at its chunks); documents come whole where their part is read."""
+    read_report(output)
+    fs, root = filesystem_for(output)
+    parts = sorted(f.path for f in list_files(fs, f"{root}/{EMBEDDINGS_DIR}") if _is_part(f.base_name))
+    wanted = None if columns is None else list(dict.fromkeys([*_KEYS, *columns]))
+    if not parts:
+        return read_table(output, columns=columns)
+    rng = np.random.default_rng(seed)
+    read, held = [], 0
+    for p in rng.permutation(len(parts)):
+        if held >= rows:
+            break
+        where = f"cannot read {shown(fs, parts[p])}"
+        read.append(retrying(where, lambda p=p: pq.read_table(parts[p], filesystem=fs, columns=wanted)))
+        held += read[-1].num_rows
+    table = pa.concat_tables(read)
+    if table.num_rows > rows:
+        table = table.take(np.sort(rng.choice(table.num_rows, rows, replace=False)))
+    return table.sort_by([(key, "ascending") for key in _KEYS])
+
+
+def _is_part(name: str) -> bool:
+    """A Parquet part's file name, as pyarrow's dataset reads a folder: not hidden, not `_` metadata."""
+    return name.endswith(".parquet") and not name.startswith(("_", "."))
 
 
 def read_errors(output: str) -> pa.Table:

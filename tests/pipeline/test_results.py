@@ -71,6 +71,28 @@ def test_search_finds_what_nearest_finds_over_the_whole_table(tmp_path, monkeypa
         search(output, np.ones(3, np.float32))
 
 
+def test_a_table_of_some_columns_and_a_sample_of_the_chunks(tmp_path):
+    vectors_ND = np.random.default_rng(0).standard_normal((60, 8)).astype(np.float32)
+    ids = [f"doc-{i:02d}" for i in range(60)]
+    output = written_output(
+        tmp_path / "out", [chunks(vectors_ND[a : a + 10], ids[a : a + 10]) for a in range(0, 60, 10)]
+    )
+    whole = read_table(output)
+    assert read_table(output, columns=["n_tokens"]).column_names == ["doc_id", "chunk_index", "n_tokens"]
+    sample = results.read_sample(output, 25, columns=["embedding"])
+    assert sample.num_rows == 25 and sample.column_names == ["doc_id", "chunk_index", "embedding"]
+    assert sample.equals(results.read_sample(output, 25, columns=["embedding"]))  # the same seed, the same chunks
+    assert not sample.equals(results.read_sample(output, 25, columns=["embedding"], seed=1))
+    drawn = set(sample.column("doc_id").to_pylist())
+    assert drawn < set(ids) and sample.column("doc_id").to_pylist() == sorted(drawn)
+    rows = {d: e for d, e in zip(ids, vectors_ND)}
+    assert all(
+        np.array_equal(rows[d], e) for d, e in zip(sample.column("doc_id").to_pylist(), embedding_matrix(sample))
+    )
+    assert results.read_sample(output, 1000).equals(whole)  # every chunk where the output holds no more
+    assert results.read_sample(finished_output(tmp_path / "none"), 5).num_rows == 0
+
+
 def test_search_of_a_run_that_embedded_nothing_finds_nothing(tmp_path):
     hits = search(finished_output(tmp_path / "out"), np.ones(384, np.float32), k=3)
     assert hits.num_rows == 0 and hits.column_names == [*EMBEDDING_COLUMNS, "score"]
