@@ -258,7 +258,8 @@ def _document(shard: str, doc_id, text, where: str, fields: ShardFields, repeate
     `row:N`); `doc_id` and `text` are its fields' values, or ABSENT."""
     if doc_id is ABSENT or doc_id is None or doc_id == "":
         said = "no" if doc_id is ABSENT else "a null" if doc_id is None else "an empty"
-        return _error(f"{shard}#{where}", "MissingId", f"{where}: {said} id field {fields.id!r}")
+        hint = " (--id-field '' names rows by their position)" if doc_id is ABSENT else ""
+        return _error(f"{shard}#{where}", "MissingId", f"{where}: {said} id field {fields.id!r}{hint}")
     if repeated:
         return _error(f"{shard}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
     if _names_another_position(doc_id, where):
