@@ -251,6 +251,7 @@ class _Repeats:
 
 
 ABSENT = object()  # a jsonl record's field that is not there, where null is there
+POSITIONAL_HINT = "--id-field '' names each row by its position"  # where a shard lacks the id field
 
 
 def _document(shard: str, doc_id, text, where: str, fields: ShardFields, repeated: bool = False) -> dict:
@@ -258,7 +259,7 @@ def _document(shard: str, doc_id, text, where: str, fields: ShardFields, repeate
     `row:N`); `doc_id` and `text` are its fields' values, or ABSENT."""
     if doc_id is ABSENT or doc_id is None or doc_id == "":
         said = "no" if doc_id is ABSENT else "a null" if doc_id is None else "an empty"
-        hint = " (--id-field '' names rows by their position)" if doc_id is ABSENT else ""
+        hint = f"; {POSITIONAL_HINT}" if doc_id is ABSENT else ""
         return _error(f"{shard}#{where}", "MissingId", f"{where}: {said} id field {fields.id!r}{hint}")
     if repeated:
         return _error(f"{shard}#{where}", "DuplicateId", f"{where}: id {doc_id!r} already names an earlier document")
@@ -398,7 +399,7 @@ def _open_parquet(raw: io.RawIOBase, fields: ShardFields) -> pq.ParquetFile:
     wanted = _columns(fields)
     missing = [f for f in wanted if f not in names]
     if missing:
-        hint = "; --id-field '' names each row by its position" if fields.id in missing else ""
+        hint = f"; {POSITIONAL_HINT}" if fields.id in missing else ""
         raise ShardError("BadShard", f"no column {', '.join(missing)} (columns: {', '.join(names)}){hint}")
     repeated = [f for f in wanted if names.count(f) > 1]
     if repeated:

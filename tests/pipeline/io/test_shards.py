@@ -55,7 +55,7 @@ def test_jsonl_shard_rows_and_bad_records(tmp_path):
         ("a", None, None),
         ("line:3", "BadRecord", "line:3: a JSON list, not an object"),
         ("line:4", "BadRecord", got[2][2]),
-        ("line:5", "MissingId", "line:5: no id field 'doc' (--id-field '' names rows by their position)"),
+        ("line:5", "MissingId", "line:5: no id field 'doc'; --id-field '' names each row by its position"),
         ("7", "NoText", "line:6: text field 'body' is null"),
         ("8", None, None),
         ("line:8", "BadRecord", got[6][2]),
