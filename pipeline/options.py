@@ -176,6 +176,7 @@ OPTIONS = (
         f"persistent JAX compilation cache; '' turns it off (default {DEFAULT_COMPILE_CACHE})",
         str(DEFAULT_COMPILE_CACHE),
         metavar="DIR",
+        commands=("embed", "search"),
     ),
     Option("--profile", str, "write a JAX profiler trace of each encoder actor under DIR (on its node)", metavar="DIR"),
     Option(

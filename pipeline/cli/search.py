@@ -9,6 +9,7 @@ import textwrap
 
 from pipeline import Embedder
 from pipeline.cli import error_line
+from pipeline.encode.compile_cache import enable_compilation_cache
 from pipeline.errors import UserError
 from pipeline.options import parse_options
 from pipeline.results import read_report, search
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None, prog: str = "jobs/search.py") -> int:
         if not a["query"].strip():
             raise UserError(f"--query must not be blank, got {a['query']!r}")
         report = read_report(a["output"])
+        # The query's program, loaded from the cache after the first search instead of compiled at each.
+        enable_compilation_cache(a["compile_cache"] or None)
         embedder = Embedder.for_output(a["output"], report)
         query_D = embedder.embed([a["query"]], prompt=a["prompt"])[0]  # the prompt is checked
         hits = search(a["output"], query_D, a["top"])

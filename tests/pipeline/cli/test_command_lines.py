@@ -60,11 +60,12 @@ def test_embed_takes_a_config_file_and_flags_over_it(embedded):
     assert rows == ["rows.parquet#row:0", "rows.parquet#row:1"]
 
 
-def test_search_with_every_option(embedded):
-    query = ["--query", "photosynthesis", "--top", "2", "--prompt", ""]
+def test_search_with_every_option(embedded, tmp_path):
+    query = ["--query", "photosynthesis", "--top", "2", "--prompt", "", "--compile-cache", str(tmp_path / "cache")]
     result = run(PYTHON_M, "search", "--output", str(embedded), *query)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("top 2 chunks for: 'photosynthesis'") and "2. score" in result.stdout
+    assert any((tmp_path / "cache").iterdir())  # the query's program, for the next search
 
 
 def test_search_says_in_one_line_when_nothing_was_embedded_or_asked(embedded, tmp_path):
