@@ -64,6 +64,8 @@ def read_sample(output: str, rows: int, columns: list[str] | None = None, seed: 
     same `seed`, sorted by document and chunk; `columns` as `read_table`'s. Its parts are read in a random order
     until they hold `rows`, so it holds about those and a part, whatever the output's size (a map of an output, a
     look at its chunks); documents come whole where their part is read."""
+    if rows < 1:
+        raise ValueError(f"rows must be at least 1, got {rows}")
     read_report(output)
     fs, root = filesystem_for(output)
     parts = sorted(f.path for f in list_files(fs, f"{root}/{EMBEDDINGS_DIR}") if _is_part(f.base_name))

@@ -91,6 +91,8 @@ def test_a_table_of_some_columns_and_a_sample_of_the_chunks(tmp_path):
     )
     assert results.read_sample(output, 1000).equals(whole)  # every chunk where the output holds no more
     assert results.read_sample(finished_output(tmp_path / "none"), 5).num_rows == 0
+    with pytest.raises(ValueError, match="rows must be at least 1, got 0"):
+        results.read_sample(output, 0)
 
 
 def test_search_of_a_run_that_embedded_nothing_finds_nothing(tmp_path):
