@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -45,17 +46,12 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR, columns: list[str] | No
     those (and the keys it is sorted by), where every chunk's embedding and text need not be held."""
     if which not in (EMBEDDINGS_DIR, ERRORS_DIR):  # a misspelt one would read as a table without rows
         raise ValueError(f"which must be {EMBEDDINGS_DIR!r} or {ERRORS_DIR!r}, got {which!r}")
-    read_report(output)  # only finished runs: parts of an unfinished one may be incomplete
-    fs, root = filesystem_for(output)
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     wanted = None if columns is None else list(dict.fromkeys([*(key for key, _ in keys), *columns]))
-    # No part (a run without a single error, or one whose every document failed): on object stores no prefix either.
-    if not list_files(fs, f"{root}/{which}"):
+    table = _over_parts(output, which, lambda path, fs: pq.read_table(path, filesystem=fs, columns=wanted))
+    if table is None:
         table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
         table = table if wanted is None else table.select(wanted)
-    else:
-        path = f"{root}/{which}"
-        table = retrying(f"cannot read {shown(fs, path)}", lambda: pq.read_table(path, filesystem=fs, columns=wanted))
     return table.sort_by(keys)
 
 
@@ -66,29 +62,24 @@ def read_sample(output: str, rows: int, columns: list[str] | None = None, seed: 
     look at its chunks); documents come whole where their part is read."""
     if rows < 1:
         raise ValueError(f"rows must be at least 1, got {rows}")
-    read_report(output)
-    fs, root = filesystem_for(output)
-    parts = sorted(f.path for f in list_files(fs, f"{root}/{EMBEDDINGS_DIR}") if _is_part(f.base_name))
     wanted = None if columns is None else list(dict.fromkeys([*_KEYS, *columns]))
-    if not parts:
-        return read_table(output, columns=columns)
-    rng = np.random.default_rng(seed)
-    read, held = [], 0
-    for p in rng.permutation(len(parts)):
-        if held >= rows:
-            break
-        where = f"cannot read {shown(fs, parts[p])}"
-        read.append(retrying(where, lambda p=p: pq.read_table(parts[p], filesystem=fs, columns=wanted)))
-        held += read[-1].num_rows
-    table = pa.concat_tables(read)
-    if table.num_rows > rows:
-        table = table.take(np.sort(rng.choice(table.num_rows, rows, replace=False)))
-    return table.sort_by([(key, "ascending") for key in _KEYS])
 
+    def draw(path: str, fs: pafs.FileSystem) -> pa.Table:
+        parts = sorted(ds.dataset(path, filesystem=fs, format="parquet").get_fragments(), key=lambda part: part.path)
+        rng = np.random.default_rng(seed)
+        read, held = [], 0
+        for p in rng.permutation(len(parts)):
+            if held >= rows:
+                break
+            read.append(parts[p].to_table(columns=wanted))
+            held += read[-1].num_rows
+        table = pa.concat_tables(read)
+        if table.num_rows > rows:
+            table = table.take(np.sort(rng.choice(table.num_rows, rows, replace=False)))
+        return table.sort_by([(key, "ascending") for key in _KEYS])
 
-def _is_part(name: str) -> bool:
-    """A Parquet part's file name, as pyarrow's dataset reads a folder: not hidden, not `_` metadata."""
-    return name.endswith(".parquet") and not name.startswith(("_", "."))
+    drawn = _over_parts(output, EMBEDDINGS_DIR, draw)
+    return read_table(output, columns=columns) if drawn is None else drawn
 
 
 def read_errors(output: str) -> pa.Table:
@@ -114,18 +105,26 @@ def search(output: str, query_D: np.ndarray, k: int = 3) -> pa.Table:
     """`nearest` over a finished output's chunks, read part by part: their keys and embeddings in batches of
     `SEARCH_BATCH_ROWS`, `SEARCH_PARTS_AHEAD` parts at once, then only the k rows found, whole. Its memory is
     those batches' and k rows', whatever the output's size; `read_table` holds every chunk."""
-    read_report(output)
-    fs, root = filesystem_for(output)
-    path = f"{root}/{EMBEDDINGS_DIR}"
-    if not list_files(fs, path):
-        return nearest(NO_EMBEDDINGS_SCHEMA.empty_table(), query_D, k)
 
-    def scan() -> pa.Table:
+    def scan(path: str, fs: pafs.FileSystem) -> pa.Table:
         dataset = ds.dataset(path, filesystem=fs, format="parquet")
         fragments = list(dataset.get_fragments())
         return _best(fragments, dataset.schema, query_D, k, functools.partial(_scanned, dataset))
 
-    return retrying(f"cannot read {shown(fs, path)}", scan)
+    found = _over_parts(output, EMBEDDINGS_DIR, scan)
+    return nearest(NO_EMBEDDINGS_SCHEMA.empty_table(), query_D, k) if found is None else found
+
+
+def _over_parts(output: str, which: str, read: Callable[[str, pafs.FileSystem], pa.Table]) -> pa.Table | None:
+    """`read(path, filesystem)` of a finished output's `which` folder of parts, retried as one read on transient
+    storage errors; None where it holds no part (a run without a single error, or one whose every document
+    failed): on object stores no prefix either. Only finished runs: parts of an unfinished one may be incomplete."""
+    read_report(output)
+    fs, root = filesystem_for(output)
+    path = f"{root}/{which}"
+    if not list_files(fs, path):
+        return None
+    return retrying(f"cannot read {shown(fs, path)}", lambda: read(path, fs))
 
 
 # Rows scored at a time: 8,192 embeddings of 384 float32 are 12 MiB. Only the keys and the embedding are read.

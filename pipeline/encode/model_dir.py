@@ -3,7 +3,7 @@
 A model directory holds `config.json` (any family `kernels.encoders` supports),
 the weights as `model.safetensors` or sharded with `model.safetensors.index.json`
 (else, as transformers falls back, PyTorch's `pytorch_model.bin` or its sharded
-index; which files, and reading them, are `pipeline.encode.weights`'),
+index; which files, and reading them, are `pipeline.encode.weights`'s),
 `tokenizer.json` and, for sentence-transformers models, `modules.json`,
 `1_Pooling/config.json`, the Dense modules' folders (`2_Dense/config.json` and
 its weights, either file), `sentence_bert_config.json` (or an older name) and the
