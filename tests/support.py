@@ -95,7 +95,12 @@ def run_on_cpu_devices(script: Path, out: Path, devices: int, timeout: float) ->
     """Runs `python script OUT` in a child process that sees `devices` CPU devices and returns the
     JSON it wrote to OUT. XLA makes simulated devices only before JAX starts, and this process has
     started it with one."""
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_PLATFORMS": "cpu",
+        "JAX_DISABLE_MOST_OPTIMIZATIONS": "1",  # as the kernel tests compile (tests/kernels/conftest.py)
+    }
     child = subprocess.run(
         [sys.executable, str(script), str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )

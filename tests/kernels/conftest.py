@@ -1,4 +1,4 @@
-"""Fresh random inputs every run; the seed is printed for any failing test.
+"""Fresh random inputs every run; the seed is printed for any failing test. Programs compiled for speed of compiling.
 
 Rerun a failure exactly with KERNELS_TEST_SEED=<seed>.
 """
@@ -6,8 +6,21 @@ Rerun a failure exactly with KERNELS_TEST_SEED=<seed>.
 import os
 import secrets
 
+import jax
 import numpy as np
 import pytest
+
+
+@pytest.fixture(autouse=True)
+def compiled_without_llvm_optimisation():
+    """The kernel tests compile many small programs that each run once: XLA's HLO passes all run, and LLVM
+    compiles what XLA emits at -O0 (JAX's jax_disable_most_optimizations). Alone in one process, on an AMD
+    EPYC Zen 3: test_attention.py 208 s instead of 251 s, encoders/test_families.py 146 s instead of 198 s.
+    Not for the tests that run the real model on many texts: test_stage.py took twice as long, and the
+    jobs' actors, the CLI's children and the notebooks compile as the product does (BENCHMARKS.md)."""
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", False)
 
 
 @pytest.fixture
