@@ -18,9 +18,10 @@ def compiled_without_llvm_optimisation():
     EPYC Zen 3: test_attention.py 208 s instead of 251 s, encoders/test_families.py 146 s instead of 198 s.
     Not for the tests that run the real model on many texts: test_stage.py took twice as long, and the
     jobs' actors, the CLI's children and the notebooks compile as the product does (BENCHMARKS.md)."""
+    before = jax.config.values["jax_disable_most_optimizations"]  # True where the run's environment asked for it
     jax.config.update("jax_disable_most_optimizations", True)
     yield
-    jax.config.update("jax_disable_most_optimizations", False)
+    jax.config.update("jax_disable_most_optimizations", before)
 
 
 @pytest.fixture
