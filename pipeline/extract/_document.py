@@ -36,8 +36,11 @@ def _decode_text(data: bytes) -> str:
     encoding = next((name for bom, name in _BOMS if data.startswith(bom)), "utf-8-sig")
     if encoding == "utf-8-sig" and 0 in data[:2]:
         # UTF-16 or UTF-32 without its mark: as UTF-8, its ASCII text decodes with a NUL in every other character.
+        # Binary data (an image or archive named .txt) often starts with one too, so the message names both.
         raise DocumentError(
-            "UndecodableText", "UTF-16 or UTF-32 text without a byte-order mark: a text file is UTF-8, or carries one"
+            "UndecodableText",
+            "a NUL byte at the start: binary data, or UTF-16 or UTF-32 text without a byte-order mark "
+            "(a text file is UTF-8, or carries one)",
         )
     try:
         return data.decode(encoding)

@@ -81,6 +81,20 @@ def test_ascii_text_in_utf16_or_utf32_without_a_mark_is_undecodable_not_text_wit
     assert caught.value.error_type == "UndecodableText"
 
 
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (bytes(range(256)), "a NUL byte at the start: binary data, or UTF-16 or UTF-32 text"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "not valid UTF-8: 'utf-8' codec can't decode byte 0x89"),
+    ],
+    ids=["starts-with-nul", "png"],
+)
+def test_binary_data_named_txt_is_undecodable_in_one_line(data, message):
+    with pytest.raises(DocumentError, match=re.escape(message)) as caught:
+        extract_pages(data, "text")
+    assert caught.value.error_type == "UndecodableText" and "\n" not in str(caught.value)
+
+
 def test_a_text_file_of_white_space_has_no_text_and_is_not_said_to_have_pages():
     with pytest.raises(DocumentError, match="^no extractable text in the file: only white space$"):
         extract_pages(b" \n\t ", "text")
