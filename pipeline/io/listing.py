@@ -169,16 +169,24 @@ def _unnamed(uri: str, size: int | None) -> str | None:
     return None
 
 
-def _location(location: str, start_after: str | None, page_size: int) -> Iterator[tuple[str, int | None]]:
+# Whether the folder at a URI (ending in "/") may hold a file to list: a glob's folders that cannot are never listed.
+Folders = Callable[[str], bool]
+
+
+def _location(
+    location: str, start_after: str | None, page_size: int, folders: Folders | None = None
+) -> Iterator[tuple[str, int | None]]:
     """(uri, size) of every file under `location`, ascending; checks now that it exists, lists when iterated.
-    A location with a wildcard (`glob_of`) is the files under its fixed part that the pattern matches."""
+    A location with a wildcard (`glob_of`) is the files under its fixed part that the pattern matches, and only
+    the folders whose names can lead to a match are listed."""
     if not str(location).strip():
         raise InputError("an input is an empty string (which would name the current directory)")
     check_location(location)  # first: a URI's "?" begins a query (a signed URL's credentials), never a wildcard
-    if (glob := glob_of(location)) and not _as_written(location):
-        fixed, pattern = glob
-        under = _location(fixed, start_after, page_size)  # checked now, as any location
-        return _matched(location, re.compile(re.escape(tree(fixed)) + pattern + "(?:/.*)?"), under)
+    if (found := glob_of(location)) and not _as_written(location):
+        fixed, glob = found
+        base = tree(fixed)
+        under = _location(fixed, start_after, page_size, _folders(base, glob))  # checked now, as any location
+        return _matched(location, re.compile(re.escape(base) + _translated(glob) + "(?:/.*)?"), under)
     fs, path = filesystem_for(location)
     with failing_at(f"input {location}"):
         info = file_info(fs, path)
@@ -191,15 +199,15 @@ def _location(location: str, start_after: str | None, page_size: int) -> Iterato
         return iter([(uri_of(location, info.path, path), info.size)])
     if info.type not in (pafs.FileType.Directory, pafs.FileType.File):
         raise InputError(f"input {redact(location)} is neither a file nor a directory")
-    return _failing_at(location, _entries(location, fs, path, start_after, page_size))
+    return _failing_at(location, _entries(location, fs, path, start_after, page_size, folders))
 
 
 def glob_of(location: str) -> tuple[str, str] | None:
     """For a location with wildcards in a name (`docs/*.pdf`, `s3://b/crawl/**/*.pdf`, `d/202[45]-*/`): the
-    location of the directory above the first such name, and a regular expression of what follows its `tree` in
-    the URIs it matches. `*` and `?` (in a local path: in a URI it begins a query, refused) stay within a name,
-    `**` spans any folders, `[...]` is a set of characters (`[!...]` its complement). None for a location
-    without them."""
+    location of the directory above the first such name, and the glob that follows it (`crawl/**/*.pdf`
+    gives `s3://b/crawl` and `**/*.pdf`). `*` and `?` (in a local path: in a URI it begins a query, refused) stay
+    within a name, `**` spans any folders, `[...]` is a set of characters (`[!...]` its complement). None for a
+    location without them."""
     head, sep, rest = location.partition("://")
     path = rest if sep else head
     names = path.split("/")
@@ -207,7 +215,7 @@ def glob_of(location: str) -> tuple[str, str] | None:
     if first is None or sep and first == 0:  # no bucket's name holds one: left to the bucket's check to refuse
         return None
     fixed = "/".join(names[:first]) or ("/" if path.startswith("/") else ".")
-    return (f"{head}://{fixed}" if sep else fixed), _translated("/".join(names[first:]).rstrip("/"))
+    return (f"{head}://{fixed}" if sep else fixed), "/".join(names[first:]).rstrip("/")
 
 
 def _as_written(location: str) -> bool:
@@ -218,6 +226,26 @@ def _as_written(location: str) -> bool:
     fs, path = filesystem_for(location)
     with failing_at(f"input {location}"):
         return file_info(fs, path).type != pafs.FileType.NotFound
+
+
+def _folders(base: str, glob: str) -> Folders | None:
+    """Whether a folder under `base` (its URI, ending in "/") may hold a file that `glob`, which follows `base`,
+    matches: each of its names below `base` matches the glob's name at that depth, until the glob's names are all
+    matched (a folder matched gives the files under it) or one of them holds `**`, which spans folders. None
+    (every folder) for a glob with a set holding "/", whose names cannot be told apart."""
+    if re.search(r"\[[^]]*/", glob):
+        return None
+    names = [None if "**" in name else re.compile(_translated(name)) for name in glob.split("/")]
+
+    def may_hold(folder: str) -> bool:
+        for name, pattern in zip(folder[len(base) :].rstrip("/").split("/"), names):
+            if pattern is None:
+                return True
+            if not pattern.fullmatch(name):
+                return False
+        return True
+
+    return may_hold
 
 
 def _translated(glob: str) -> str:
@@ -264,27 +292,31 @@ def _failing_at(location: str, entries: Iterator[tuple[str, int | None]]) -> Ite
 
 
 def _entries(
-    location: str, fs: pafs.FileSystem, path: str, start_after: str | None, page_size: int
+    location: str, fs: pafs.FileSystem, path: str, start_after: str | None, page_size: int, folders: Folders | None
 ) -> Iterator[tuple[str, int | None]]:
-    """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI."""
+    """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI, leaving out
+    the folders that `folders` refuses (the stores' below their first level, which is listed flat)."""
     scheme = scheme_of(location)
     base = tree(location)
     if wholly_before(base, start_after):
         return
     within = start_after if start_after and start_after.startswith(base) else None
     if scheme in ("", "file"):
-        yield from _walk(base, within)
+        yield from _walk(base, within, folders)
     elif scheme in STORES:
         bucket, _, prefix = path.partition("/")
         prefix = f"{prefix}/" if prefix else ""
         key_start = within[len(base) - len(prefix) :] if within else None
-        for key, size in list_objects(scheme, bucket, prefix, key_start, page_size):
+        wanted = folders and (lambda sub: folders(uri_of(location, f"{bucket}/{sub}", path)))
+        for key, size in list_objects(scheme, bucket, prefix, key_start, page_size, wanted):
             yield uri_of(location, f"{bucket}/{key}", path), size
     else:  # other filesystems pyarrow or fsspec know (untested): listed whole, as they offer no pages
         yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
 
 
-def _walk(directory: str, start_after: str | None, above: frozenset = frozenset()) -> Iterator[tuple[str, int | None]]:
+def _walk(
+    directory: str, start_after: str | None, folders: Folders | None, above: frozenset = frozenset()
+) -> Iterator[tuple[str, int | None]]:
     """(path, size) of the files under `directory` (ending in "/"), ascending: one directory's names sorted at a time;
     size None for an entry that is neither a regular file nor a directory.
 
@@ -309,7 +341,8 @@ def _walk(directory: str, start_after: str | None, above: frozenset = frozenset(
             if name.endswith("/"):
                 inside = entry.stat()
                 if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
-                    yield from _walk(path, start_after, above)
+                    if folders is None or folders(path):
+                        yield from _walk(path, start_after, folders, above)
             elif start_after is None or path > start_after:
                 # Not a regular file (a broken symbolic link, a loop of them, a pipe, a device): listed to be
                 # skipped and counted, never read (a pipe's read would wait forever).

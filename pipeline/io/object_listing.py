@@ -142,9 +142,15 @@ def _os_error(status: int | None, e: Exception) -> OSError:
 
 
 def list_objects(
-    scheme: str, bucket: str, prefix: str, start_after: str | None, page_size: int
+    scheme: str,
+    bucket: str,
+    prefix: str,
+    start_after: str | None,
+    page_size: int,
+    wanted: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, int]]:
-    """(key, size) of every object under `prefix` ("" or ending in "/"), ascending, from keys >= `start_after` on.
+    """(key, size) of every object under `prefix` ("" or ending in "/"), ascending, from keys >= `start_after` on;
+    of the sub-prefixes one level under `prefix`, only those `wanted` accepts (all without it) are listed.
 
     Keys ending in "/" are directory placeholders, not files: left out. Keys equal
     to `start_after` may come (GCS's start offset is inclusive): the caller drops them.
@@ -162,6 +168,8 @@ def list_objects(
             yield keys
 
     level = _level(store, scheme, bucket, prefix, level_start, request_size)
+    if wanted is not None:
+        level = (item for item in level if item[1] is not None or wanted(item[0]))
     try:
         for key, size in _in_order(level, subtree, start_after, stop, request_size + PREFIXES_AHEAD):
             if not key.endswith("/"):

@@ -141,6 +141,16 @@ def test_a_glob_is_the_files_it_matches_under_its_fixed_part(scheme, glob, match
     assert [r[0] for r in listed([literal])[0]] == [literal]
 
 
+def test_a_glob_lists_only_the_prefixes_that_can_hold_a_match(scheme, monkeypatch):
+    """The level under the glob's fixed part is listed with a delimiter, then only the sub-prefixes whose names
+    match the glob's first name: tree/a/, tree/b/, tree/dir/ and tree/é/ are never listed."""
+    listings, pages = [], object_listing._pages
+    monkeypatch.setattr(object_listing, "_pages", lambda *a: listings.append(a[3:5]) or pages(*a))
+    rows, _, _ = listed([f"{scheme}://{BUCKET}/tree/p0*/f[13].txt"])
+    assert [r[0] for r in rows] == [f"{scheme}://{BUCKET}/tree/p{p:02d}/f{i}.txt" for p in range(10) for i in (1, 3)]
+    assert sorted(listings) == [("tree/", True)] + [(f"tree/p{p:02d}/", False) for p in range(10)]
+
+
 def test_missing_buckets_and_prefixes(scheme):
     with pytest.raises(InputError, match="there is no bucket nobucket"):
         list_pages([f"{scheme}://nobucket/x"])

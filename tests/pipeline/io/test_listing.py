@@ -311,6 +311,26 @@ def test_a_glob_is_the_files_it_matches_and_one_that_matches_none_is_said(tmp_pa
         list_pages(["nowhere/*.txt"])
 
 
+def test_a_glob_lists_only_the_folders_that_can_hold_a_match(tmp_path, monkeypatch):
+    """Each folder's names must match the glob's at their depth, until one holds `**` or the glob's names run out
+    (a folder matched gives the files under it): a corpus's other folders are never listed."""
+    root = make_tree(tmp_path / "tree")
+    want, _ = expected(root)
+    scanned, scandir = [], os.scandir
+    monkeypatch.setattr(listing.os, "scandir", lambda path: scanned.append(path[len(str(root)) :]) or scandir(path))
+    for glob, folders in [
+        ("*.txt", ["/"]),
+        ("[!a]*/*.md", ["/", "/c/", "/empty/", "/z/", "/ß/", "/日本/"]),
+        ("c/**/*.parquet", ["/c/", "/c/deep/", "/c/deep/er/", "/c/deep/er/still/"]),
+        ("[ab]", ["/", "/a/", "/a/y/"]),
+    ]:
+        scanned.clear()
+        rows, _, _ = listed([f"{root}/{glob}"])
+        pattern = re.compile(listing._translated(glob) + "(?:/.*)?")
+        assert [r[0] for r in rows] == [r[0] for r in want if pattern.fullmatch(r[0][len(str(root)) + 1 :])], glob
+        assert sorted(scanned) == sorted(folders), glob
+
+
 def test_a_directory_of_skipped_files_is_one_page_of_counts(tmp_path):
     for i in range(5):
         (tmp_path / f"{i}.png").write_bytes(b"x")
