@@ -49,10 +49,13 @@ def read_table(output: str, which: str = EMBEDDINGS_DIR, columns: list[str] | No
     keys = [("doc_id", "ascending")] + ([("chunk_index", "ascending")] if which == EMBEDDINGS_DIR else [])
     wanted = None if columns is None else list(dict.fromkeys([*(key for key, _ in keys), *columns]))
     table = _over_parts(output, which, lambda path, fs: pq.read_table(path, filesystem=fs, columns=wanted))
-    if table is None:
-        table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
-        table = table if wanted is None else table.select(wanted)
-    return table.sort_by(keys)
+    return (_without_parts(which, wanted) if table is None else table).sort_by(keys)
+
+
+def _without_parts(which: str, wanted: list[str] | None) -> pa.Table:
+    """The table of a `which` folder without parts: no rows, its `wanted` columns (all where None)."""
+    table = (ERRORS_SCHEMA if which == ERRORS_DIR else NO_EMBEDDINGS_SCHEMA).empty_table()
+    return table if wanted is None else table.select(wanted)
 
 
 def read_sample(output: str, rows: int, columns: list[str] | None = None, seed: int = 0) -> pa.Table:
@@ -79,7 +82,7 @@ def read_sample(output: str, rows: int, columns: list[str] | None = None, seed: 
         return table.sort_by([(key, "ascending") for key in _KEYS])
 
     drawn = _over_parts(output, EMBEDDINGS_DIR, draw)
-    return read_table(output, columns=columns) if drawn is None else drawn
+    return _without_parts(EMBEDDINGS_DIR, wanted) if drawn is None else drawn
 
 
 def read_errors(output: str) -> pa.Table:

@@ -90,7 +90,9 @@ def test_a_table_of_some_columns_and_a_sample_of_the_chunks(tmp_path):
         np.array_equal(rows[d], e) for d, e in zip(sample.column("doc_id").to_pylist(), embedding_matrix(sample))
     )
     assert results.read_sample(output, 1000).equals(whole)  # every chunk where the output holds no more
-    assert results.read_sample(finished_output(tmp_path / "none"), 5).num_rows == 0
+    empty = finished_output(tmp_path / "none")
+    for columns in (None, ["n_tokens"]):  # a run that embedded nothing: no rows, read_table's columns
+        assert results.read_sample(empty, 5, columns=columns).equals(read_table(empty, columns=columns))
     with pytest.raises(ValueError, match="rows must be at least 1, got 0"):
         results.read_sample(output, 0)
 
