@@ -313,7 +313,8 @@ def test_a_glob_is_the_files_it_matches_and_one_that_matches_none_is_said(tmp_pa
 
 def test_a_glob_lists_only_the_folders_that_can_hold_a_match(tmp_path, monkeypatch):
     """Each folder's names must match the glob's at their depth, until one holds `**` or the glob's names run out
-    (a folder matched gives the files under it): a corpus's other folders are never listed."""
+    (a folder matched gives the files under it): a corpus's other folders are never listed. A set holding "/"
+    spans names, so its glob lists every folder (and still matches `a/y/z.md`)."""
     root = make_tree(tmp_path / "tree")
     want, _ = expected(root)
     scanned, scandir = [], os.scandir
@@ -323,6 +324,7 @@ def test_a_glob_lists_only_the_folders_that_can_hold_a_match(tmp_path, monkeypat
         ("[!a]*/*.md", ["/", "/c/", "/empty/", "/z/", "/ß/", "/日本/"]),
         ("c/**/*.parquet", ["/c/", "/c/deep/", "/c/deep/er/", "/c/deep/er/still/"]),
         ("[ab]", ["/", "/a/", "/a/y/"]),
+        ("a[/]y/*", [d[len(str(root)) :] + "/" for d, _, _ in os.walk(root)]),
     ]:
         scanned.clear()
         rows, _, _ = listed([f"{root}/{glob}"])
