@@ -169,10 +169,6 @@ def _unnamed(uri: str, size: int | None) -> str | None:
     return None
 
 
-# Whether the folder at a URI (ending in "/") may hold a file to list: a glob's folders that cannot are never listed.
-Folders = Callable[[str], bool]
-
-
 def _location(
     location: str, start_after: str | None, page_size: int, folders: Folders | None = None
 ) -> Iterator[tuple[str, int | None]]:
@@ -228,24 +224,43 @@ def _as_written(location: str) -> bool:
         return file_info(fs, path).type != pafs.FileType.NotFound
 
 
+@dataclasses.dataclass(frozen=True)
+class Folders:
+    """Which folders under `base` a glob that follows it lists: those whose names below `base` each match the
+    glob's name at their depth, until the glob's names are all matched (a folder matched gives the files under
+    it) or one holds `**`, which spans folders. Folders are named by their URIs, ending in "/"."""
+
+    base: str
+    names: tuple[re.Pattern | None, ...]  # the glob's, one per depth; None for one holding `**`
+
+    def _depth(self, folder: str) -> int | None:
+        """How many of the glob's names the folder's matched, all of them (or up to a `**`) counting as
+        every one; None where one did not."""
+        names = folder[len(self.base) :].rstrip("/").split("/")
+        for name, pattern in zip(names, self.names):
+            if pattern is None:
+                return len(self.names)
+            if not pattern.fullmatch(name):
+                return None
+        return len(names)
+
+    def may_hold(self, folder: str) -> bool:
+        """Whether `folder` may hold a file the glob matches."""
+        return self._depth(folder) is not None
+
+    def narrows_below(self, folder: str) -> bool:
+        """Whether the glob still leaves out some of `folder`'s sub-folders: it has a name for their depth, without
+        `**`."""
+        depth = self._depth(folder)
+        return depth is not None and depth < len(self.names) and self.names[depth] is not None
+
+
 def _folders(base: str, glob: str) -> Folders | None:
-    """Whether a folder under `base` (its URI, ending in "/") may hold a file that `glob`, which follows `base`,
-    matches: each of its names below `base` matches the glob's name at that depth, until the glob's names are all
-    matched (a folder matched gives the files under it) or one of them holds `**`, which spans folders. None
-    (every folder) for a glob with a set holding "/", whose names cannot be told apart."""
+    """The folders under `base` that `glob` lists; None (every folder) for a glob with a set holding "/", whose
+    names cannot be told apart."""
     if re.search(r"\[[^]]*/", glob):
         return None
-    names = [None if "**" in name else re.compile(_translated(name)) for name in glob.split("/")]
-
-    def may_hold(folder: str) -> bool:
-        for name, pattern in zip(folder[len(base) :].rstrip("/").split("/"), names):
-            if pattern is None:
-                return True
-            if not pattern.fullmatch(name):
-                return False
-        return True
-
-    return may_hold
+    return Folders(base, tuple(None if "**" in name else re.compile(_translated(name)) for name in glob.split("/")))
 
 
 def _translated(glob: str) -> str:
@@ -295,7 +310,7 @@ def _entries(
     location: str, fs: pafs.FileSystem, path: str, start_after: str | None, page_size: int, folders: Folders | None
 ) -> Iterator[tuple[str, int | None]]:
     """The one dispatch point: (uri, size) of every file under directory `path`, ascending by URI, leaving out
-    the folders that `folders` refuses (the stores' below their first level, which is listed flat)."""
+    the folders that `folders` refuses."""
     scheme = scheme_of(location)
     base = tree(location)
     if wholly_before(base, start_after):
@@ -307,8 +322,10 @@ def _entries(
         bucket, _, prefix = path.partition("/")
         prefix = f"{prefix}/" if prefix else ""
         key_start = within[len(base) - len(prefix) :] if within else None
-        wanted = folders and (lambda sub: folders(uri_of(location, f"{bucket}/{sub}", path)))
-        for key, size in list_objects(scheme, bucket, prefix, key_start, page_size, wanted):
+        uri = lambda sub: uri_of(location, f"{bucket}/{sub}", path)  # noqa: E731
+        wanted = folders and (lambda sub: folders.may_hold(uri(sub)))
+        descend = folders and (lambda sub: folders.narrows_below(uri(sub)))
+        for key, size in list_objects(scheme, bucket, prefix, key_start, page_size, wanted, descend):
             yield uri_of(location, f"{bucket}/{key}", path), size
     else:  # other filesystems pyarrow or fsspec know (untested): listed whole, as they offer no pages
         yield from sorted((uri_of(location, i.path, path), i.size) for i in list_files(fs, path))
@@ -341,7 +358,7 @@ def _walk(
             if name.endswith("/"):
                 inside = entry.stat()
                 if (inside.st_dev, inside.st_ino) not in above and not wholly_before(path, start_after):
-                    if folders is None or folders(path):
+                    if folders is None or folders.may_hold(path):
                         yield from _walk(path, start_after, folders, above)
             elif start_after is None or path > start_after:
                 # Not a regular file (a broken symbolic link, a loop of them, a pipe, a device): listed to be

@@ -15,7 +15,9 @@ at most `QUEUED_PAGES` pages: what is in memory is bounded by those two numbers
 and the page size, however many keys one prefix holds. Sub-prefixes are
 consumed in order, so the keys come out in ascending order (both stores list in
 UTF-8 byte order, which is Python's `str` order). A flat prefix is its own
-level: one sequential stream.
+level: one sequential stream. For a glob, a sub-prefix whose own sub-prefixes
+the glob narrows is listed as its parent is, a level at a time, so that those
+the glob leaves out are never listed.
 
 Endpoints, regions and credentials come from the environment as in
 `pipeline.io.filesystems`. Each request is retried inside the SDK
@@ -148,30 +150,36 @@ def list_objects(
     start_after: str | None,
     page_size: int,
     wanted: Callable[[str], bool] | None = None,
+    descend: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, int]]:
-    """(key, size) of every object under `prefix` ("" or ending in "/"), ascending, from keys >= `start_after` on;
-    of the sub-prefixes one level under `prefix`, only those `wanted` accepts (all without it) are listed.
+    """(key, size) of every object under `prefix` ("" or ending in "/"), ascending, from keys >= `start_after` on.
+    Of its sub-prefixes, only those `wanted` accepts are listed (all without it); one that `descend` names is
+    listed as `prefix` is, a level at a time (a glob's names still to match below it), the others whole.
 
     Keys ending in "/" are directory placeholders, not files: left out. Keys equal
     to `start_after` may come (GCS's start offset is inclusive): the caller drops them.
     """
-    store = _store(scheme, bucket)
     request_size = max(1, min(page_size, MAX_PAGE))
-    rel = start_after[len(prefix) :] if start_after else ""
-    # Delimited, the level starts before the sub-prefix that holds start_after, so that prefix is listed too.
-    level_start = prefix + rel.split("/", 1)[0] if "/" in rel else start_after
     stop = threading.Event()
 
+    def by_level(level_prefix: str) -> Iterator[tuple[str, int]]:
+        level = _level(
+            _store(scheme, bucket), scheme, bucket, level_prefix, _level_start(level_prefix, start_after), request_size
+        )
+        if wanted is not None:
+            level = (item for item in level if item[1] is not None or wanted(item[0]))
+        return _in_order(level, subtree, start_after, stop, request_size + PREFIXES_AHEAD)
+
     def subtree(sub: str) -> Iterator[list[tuple[str, int]]]:
+        if descend is not None and descend(sub):
+            yield from _batched(by_level(sub), request_size)
+            return
         sub_start = start_after if start_after and start_after > sub else None
         for keys, _, _ in _pages(_store(scheme, bucket), scheme, bucket, sub, False, sub_start, request_size):
             yield keys
 
-    level = _level(store, scheme, bucket, prefix, level_start, request_size)
-    if wanted is not None:
-        level = (item for item in level if item[1] is not None or wanted(item[0]))
     try:
-        for key, size in _in_order(level, subtree, start_after, stop, request_size + PREFIXES_AHEAD):
+        for key, size in by_level(prefix):
             if not key.endswith("/"):
                 yield key, size
     finally:
@@ -181,6 +189,26 @@ def list_objects(
 def wholly_before(prefix: str, start_after: str | None) -> bool:
     """Whether every name starting with `prefix` sorts at or before `start_after`: a subtree to skip."""
     return start_after is not None and start_after > prefix and not start_after.startswith(prefix)
+
+
+def _level_start(prefix: str, start_after: str | None) -> str | None:
+    """Where a delimited listing of `prefix` starts: before the sub-prefix that holds `start_after`, so that
+    sub-prefix is listed too."""
+    if not start_after or not start_after.startswith(prefix):
+        return None  # it sorts before every key under `prefix` (one after is skipped whole: `wholly_before`)
+    rel = start_after[len(prefix) :]
+    return prefix + rel.split("/", 1)[0] if "/" in rel else start_after
+
+
+def _batched(items: Iterator, size: int) -> Iterator[list]:
+    page = []
+    for item in items:
+        page.append(item)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 def _store(scheme: str, bucket: str):

@@ -16,7 +16,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from pipeline.errors import ConfigError, InputError, OutputError, StorageError
-from pipeline.io import filesystems, object_listing, retries
+from pipeline.io import filesystems, listing, object_listing, retries
 from pipeline.io.listing import list_inputs, list_pages
 from pipeline.kinds import kind_of
 from pipeline.output.sink import check_writable
@@ -141,14 +141,35 @@ def test_a_glob_is_the_files_it_matches_under_its_fixed_part(scheme, glob, match
     assert [r[0] for r in listed([literal])[0]] == [literal]
 
 
-def test_a_glob_lists_only_the_prefixes_that_can_hold_a_match(scheme, monkeypatch):
-    """The level under the glob's fixed part is listed with a delimiter, then only the sub-prefixes whose names
-    match the glob's first name: tree/a/, tree/b/, tree/dir/ and tree/é/ are never listed."""
-    listings, pages = [], object_listing._pages
-    monkeypatch.setattr(object_listing, "_pages", lambda *a: listings.append(a[3:5]) or pages(*a))
-    rows, _, _ = listed([f"{scheme}://{BUCKET}/tree/p0*/f[13].txt"])
-    assert [r[0] for r in rows] == [f"{scheme}://{BUCKET}/tree/p{p:02d}/f{i}.txt" for p in range(10) for i in (1, 3)]
-    assert sorted(listings) == [("tree/", True)] + [(f"tree/p{p:02d}/", False) for p in range(10)]
+PREFIXES = [f"tree/p{p:02d}/" for p in range(10)]
+
+
+@pytest.mark.parametrize(
+    "glob, listings",
+    [
+        # The glob names each level: every prefix that can match is listed a level at a time (True), and
+        # tree/a/, tree/b/, tree/dir/, tree/é/ and tree/p03/deep/ never.
+        ("tree/p0*/f[13].txt", [("tree/", True), *((p, True) for p in PREFIXES)]),
+        (
+            "tree/p0*/deep/er/g[12].md",
+            [("tree/", True), *((p, True) for p in PREFIXES), ("tree/p03/deep/", True), ("tree/p03/deep/er/", True)],
+        ),
+        # Below a `**` nothing is left out: each prefix that can match is listed whole (False).
+        ("tree/p0*/**/g1.md", [("tree/", True), *((p, False) for p in PREFIXES)]),
+    ],
+)
+def test_a_glob_lists_only_the_prefixes_that_can_hold_a_match(scheme, monkeypatch, glob, listings):
+    requested, pages = [], object_listing._pages
+    monkeypatch.setattr(object_listing, "_pages", lambda *a: requested.append(a[3:5]) or pages(*a))
+    rows, _, _ = listed([f"{scheme}://{BUCKET}/{glob}"], page_size=4)
+    want, _ = expected(scheme)
+    pattern = re.compile(listing._translated(glob) + "(?:/.*)?")
+    assert [r[0] for r in rows] == [r[0] for r in want if pattern.fullmatch(r[0].removeprefix(f"{scheme}://{BUCKET}/"))]
+    assert rows and sorted(requested) == sorted(listings)
+    base = f"{scheme}://{BUCKET}/tree/p0"
+    for point in [rows[0][0], rows[len(rows) // 2][0], f"{base}3/", f"{base}3/deep/er/g1", f"{base}5", f"{base}9/z"]:
+        after, _, _ = listed([f"{scheme}://{BUCKET}/{glob}"], start_after=point, page_size=4)
+        assert after == [r for r in rows if r[0] > point], point
 
 
 def test_missing_buckets_and_prefixes(scheme):
