@@ -294,7 +294,15 @@ class _Prefetch:
         return False
 
     def __iter__(self) -> Iterator[tuple[str, int]]:
-        while (item := self._queue.get()) is not _DONE:
+        # Polled, not waited on: a glob's deeper level is consumed on a thread of its own (`list_objects`), which
+        # must end once the listing is stopped and its producer puts nothing more.
+        while not self._stop.is_set():
+            try:
+                item = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                return
             if isinstance(item, BaseException):
                 raise item
             yield from item
