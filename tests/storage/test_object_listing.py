@@ -10,6 +10,8 @@ answers each listing in one page, so on it the pages are the listing's own and
 from __future__ import annotations
 
 import re
+import threading
+import time
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
@@ -170,6 +172,29 @@ def test_a_glob_lists_only_the_prefixes_that_can_hold_a_match(scheme, monkeypatc
     for point in [rows[0][0], rows[len(rows) // 2][0], f"{base}3/", f"{base}3/deep/er/g1", f"{base}5", f"{base}9/z"]:
         after, _, _ = listed([f"{scheme}://{BUCKET}/{glob}"], start_after=point, page_size=4)
         assert after == [r for r in rows if r[0] > point], point
+
+
+def test_a_glob_listing_stopped_midway_leaves_no_listing_thread(scheme, monkeypatch):
+    """A level listed a level at a time below `tree/p0*/` is consumed on a listing thread of its own. Stopped while
+    a deeper level waits on its store, the listing must end every thread, not leave one waiting for pages that
+    the stopped producer will never put."""
+    real_pages = object_listing._pages
+
+    def slow_pages(*args):
+        for i, page in enumerate(real_pages(*args)):
+            if i and args[3] == "tree/p03/deep/er/":
+                time.sleep(0.5)  # a store's request, still out when the listing is stopped
+            yield page
+
+    monkeypatch.setattr(object_listing, "_pages", slow_pages)
+    before = {t for t in threading.enumerate() if t.name == "docembed-listing"}
+    pages = list_pages([f"{scheme}://{BUCKET}/tree/p0*/deep/er/g[12].md"], page_size=1)
+    assert next(pages).entries.column("uri").to_pylist() == [f"{scheme}://{BUCKET}/tree/p03/deep/er/g1.md"]
+    pages.close()
+    deadline = time.monotonic() + 10
+    while {t for t in threading.enumerate() if t.name == "docembed-listing"} - before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not {t for t in threading.enumerate() if t.name == "docembed-listing"} - before
 
 
 def test_missing_buckets_and_prefixes(scheme):
