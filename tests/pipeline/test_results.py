@@ -123,7 +123,9 @@ def test_searchs_memory_is_flat_in_the_outputs_size_where_reading_it_whole_grows
     `search` holds at once is the batches of the parts it reads ahead and the part it reads its hits from,
     whatever the output's size; reading the output whole, as `read_table` and `nearest` do, holds every chunk.
     Reading ahead, its peak depends on its threads' timing (54-62 MB at 80,000 chunks here); one part at a time,
-    not, so that is where it is compared across sizes."""
+    much less, so that is where it is compared across sizes: the least of three searches each, as even then one
+    search in about twenty holds a batch more than the others (45.5 MB against 48.9 at every size here), while
+    growth with the output's size would show in every search."""
     part = chunks(np.random.default_rng(0).standard_normal((5_000, 384)).astype(np.float32), text="t" * 1000)
     outputs = {n: written_output(tmp_path / str(n), [part] * (n // 5_000)) for n in (20_000, 80_000, 160_000)}
     query_D = np.ones(384, np.float32)
@@ -131,7 +133,7 @@ def test_searchs_memory_is_flat_in_the_outputs_size_where_reading_it_whole_grows
     assert whole[1] > 3.5 * whole[0], whole  # the measure sees the chunks
     ahead = arrow_peak(lambda: search(outputs[160_000], query_D))
     monkeypatch.setattr(results, "SEARCH_PARTS_AHEAD", 1)
-    one_part = [arrow_peak(lambda o=outputs[n]: search(o, query_D)) for n in (80_000, 160_000)]
+    one_part = [min(arrow_peak(lambda o=outputs[n]: search(o, query_D)) for _ in range(3)) for n in (80_000, 160_000)]
     assert ahead < whole[0], (ahead, whole)  # 8 times the chunks in less than reading 20,000 whole
     assert one_part[1] - one_part[0] < 2**20, one_part
 
