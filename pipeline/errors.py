@@ -4,6 +4,8 @@
   line and exits non-zero.
 - `StorageError` is infrastructure (storage down, throttling, credentials): one
   line, no `_SUCCESS`, finished groups kept for the rerun.
+- `ClusterError` is infrastructure too: a local Ray that does not start. One
+  line, nothing written.
 - `SandboxError`: the extraction sandbox cannot run at all; it stops the job.
 - `DocumentError` (and `ShardError`) is one document's fault: an error row, and
   the job carries on.
@@ -38,6 +40,10 @@ class StorageError(UserError):
     Infrastructure, not a document's fault: the job stops with one line and writes
     no `_SUCCESS`; groups it had finished stay done, so a rerun resumes.
     """
+
+
+class ClusterError(UserError):
+    """The private local Ray did not start here (its temporary directory, its ports, a raylet that never came up)."""
 
 
 class SandboxError(RuntimeError):

@@ -32,7 +32,7 @@ from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
-from pipeline.errors import ConfigError, InputError, StorageError
+from pipeline.errors import ClusterError, ConfigError, InputError, StorageError
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
@@ -63,6 +63,8 @@ log = logging.getLogger("docembed")
 # Seconds to wait for a TCP connection to RAY_ADDRESS's cluster before saying nothing answers there.
 CONNECT_TIMEOUT_S = 10
 LOCAL_RAY_HINT = "unset RAY_ADDRESS to run on a private local Ray"
+# Where Ray puts the logs of a session it started (its temporary directory: ray._common.utils, private).
+RAY_LOGS_HINT = "Ray's own logs: ray/session_latest/logs in RAY_TMPDIR, else TMPDIR, else /tmp"
 # Document rows per block handed to the tokenise + chunk actors.
 CHUNK_BATCH = 16
 # Full encoder batches per encoder call: enough that length buckets fill and a
@@ -170,7 +172,11 @@ def _init_ray(verbosity: str) -> bool:
     # A laptop run: a private local Ray for this process only. "local" starts
     # one even when another Ray runs on this machine (plain ray.init() would
     # join the most recently started one).
-    ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
+    try:
+        ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
+    except Exception as e:  # Ray raises OSErrors, RuntimeErrors and bare Exceptions ("... timed out during startup")
+        lines = str(e).strip().splitlines() or [type(e).__name__]
+        raise ClusterError(f"a local Ray did not start: {lines[0]} ({RAY_LOGS_HINT})") from None
     return True
 
 

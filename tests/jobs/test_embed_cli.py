@@ -127,6 +127,19 @@ def test_a_cluster_address_nothing_answers_at_is_one_line(tmp_path, address, mes
     assert not (tmp_path / "out").exists() and time.time() - started < 60
 
 
+def test_a_local_ray_that_does_not_start_is_one_line(tmp_path, not_a_dir, monkeypatch):
+    """Ray's own start failing came as its traceback and exit 1: here its temporary directory is under a file; on an
+    overloaded machine its raylet times out ("The current node timed out during startup"), a bare Exception."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a private local Ray, whichever Ray this process joined
+    result = run_cli("--input", str(SAMPLES), "--output", str(tmp_path / "out"), env={"RAY_TMPDIR": str(not_a_dir)})
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        f"docembed: error: a local Ray did not start: [Errno 20] Not a directory: '{not_a_dir}/ray' "
+        "(Ray's own logs: ray/session_latest/logs in RAY_TMPDIR, else TMPDIR, else /tmp)\n"
+    ), result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.alone
 def test_auto_with_no_ray_on_the_machine_is_one_line(tmp_path):
     """Ray's ConnectionError, which came with its traceback. Alone: `auto` also finds a Ray by its processes,
