@@ -8,7 +8,7 @@
       + .gz, .zst, .bz2             `.ndjson`, newline-delimited JSON, is the same format)
     .parquet             'parquet'  a shard: one document per row (pipeline.io.shards)
 
-Any other file is not an input: the listing skips it and counts it.
+Any other file is not an input: the listing skips it and counts it (a plain `.json` too: see SKIPPED_HINTS).
 """
 
 from __future__ import annotations
@@ -26,6 +26,12 @@ SUFFIXES = (
     (".parquet", "parquet"),
 )
 SHARD_KINDS = ("jsonl", "parquet")
+# What a user can do about a kind of file the listing skips, said in its warning where something can be done.
+SKIPPED_HINTS = {
+    # A .json file may hold one JSON document (an array, a config) as well as JSON Lines: read as lines, each would
+    # be an error row. C4's and Dolma's shards, uncompressed, are .json.
+    ".json": "JSON Lines in .json files are read once the files are named .jsonl",
+}
 
 
 def kind_of(path: str) -> str | None:

@@ -33,7 +33,7 @@ from pipeline.io.filesystems import bucket_missing, file_info, filesystem_for, i
 from pipeline.io.object_listing import STORES, list_objects, wholly_before
 from pipeline.io.retries import failing_at
 from pipeline.io.uris import check_location, is_uri, redact, scheme_of, unreadable_key, uri_of
-from pipeline.kinds import described, kind_of
+from pipeline.kinds import SKIPPED_HINTS, described, kind_of
 from pipeline.schemas import is_utf8
 
 log = logging.getLogger("docembed")
@@ -136,8 +136,13 @@ def _paged(
                 log.warning("docembed: skipped %s", unnamed)
             elif (suffix := _suffix(uri)) and suffix not in said and len(said) < SAID_SUFFIXES:
                 said.add(suffix)
+                hint = f"; {SKIPPED_HINTS[suffix]}" if suffix in SKIPPED_HINTS else ""
                 log.warning(
-                    "docembed: skipped %s, and any other *%s: docembed reads %s", redact(uri), suffix, described()
+                    "docembed: skipped %s, and any other *%s: docembed reads %s%s",
+                    redact(uri),
+                    suffix,
+                    described(),
+                    hint,
                 )
             continue
         uris.append(uri)

@@ -365,6 +365,17 @@ def test_listing_a_large_tree_holds_no_structure_per_file(tmp_path):
     assert peak < 1_000_000, peak
 
 
+def test_a_skipped_json_file_is_told_how_json_lines_are_read(tmp_path, caplog):
+    """C4's shards are JSON Lines named .json.gz, read as such; uncompressed, .json, which may as well be one JSON
+    document (a config, an array), so it is skipped, and the warning says how to have it read."""
+    (tmp_path / "c4-train.00000-of-01024.json").write_text('{"text": "x", "url": "u"}\n')
+    with caplog.at_level(logging.WARNING, logger="docembed"):
+        rows, skipped, _ = listed([str(tmp_path)], page_size=10)
+    assert rows == [] and skipped == 1
+    [said] = [r.getMessage() for r in caplog.records]
+    assert said.endswith(f"{kinds.described()}; JSON Lines in .json files are read once the files are named .jsonl")
+
+
 def test_skipped_kinds_are_said_once_each(tmp_path, caplog, monkeypatch):
     for name in ["a.csv", "b.csv", "c.CSV", "README", "d.tsv", "e.zst", "f.txt"]:
         (tmp_path / name).write_text("x")
