@@ -57,7 +57,7 @@ test: lint
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not alone"
 	$(PY) -m pytest -m alone
 
-# The unit tests: no Ray job, no storage server (2:29 on a 2-core AMD EPYC Zen 4, 2026-12-03).
+# The unit tests: no Ray job, no storage server (2:29 on a 2-core AMD EPYC Zen 4, 2026-12-03; 4:47 on a Zen 3, 2026-12-07).
 test-fast: install-dev
 	$(PY) -m pytest -m "not integration" -q -n 2 --dist loadfile
 
