@@ -60,3 +60,9 @@ class DocumentError(Exception):
 
 class ShardError(DocumentError):
     """A shard (jsonl or Parquet file of many documents) that cannot be read on: one error row for the shard."""
+
+
+def first_line(e: BaseException) -> str:
+    """An exception's first line, for a one-line message: its type's name where it says nothing."""
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from pipeline.errors import StorageError
+from pipeline.errors import StorageError, first_line
 from pipeline.io.uris import redact
 
 T = TypeVar("T")
@@ -42,16 +42,11 @@ _CREDENTIALS = re.compile(
 )
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
-
-
 def describe(e: BaseException) -> str:
     """One redacted line for a storage exception, with a hint when credentials look wrong."""
     if isinstance(e, StorageError):  # described already, hint included
         return str(e)
-    line = redact(_first_line(e))
+    line = redact(first_line(e))
     if _CREDENTIALS.search(str(e)):
         line += " (check the credentials in the environment)"
     return line

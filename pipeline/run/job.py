@@ -32,7 +32,7 @@ from pipeline.encode import model_dir
 from pipeline.encode.encoder_config import DEFAULT_BATCH_SIZE, EncoderConfig
 from pipeline.encode.placement import EncoderPlacement, check_encoders, place_encoders
 from pipeline.encode.stage import EncodeBlock
-from pipeline.errors import ClusterError, ConfigError, InputError, StorageError
+from pipeline.errors import ClusterError, ConfigError, InputError, StorageError, first_line
 from pipeline.extract import resolve_extractor
 from pipeline.extract.sandbox import ExtractConfig
 from pipeline.io import shards
@@ -175,8 +175,7 @@ def _init_ray(verbosity: str) -> bool:
     try:
         ray.init(address="local", include_dashboard=False, **ray_init_args(verbosity))
     except Exception as e:  # Ray raises OSErrors, RuntimeErrors and bare Exceptions ("... timed out during startup")
-        lines = str(e).strip().splitlines() or [type(e).__name__]
-        raise ClusterError(f"a local Ray did not start: {lines[0]} ({RAY_LOGS_HINT})") from None
+        raise ClusterError(f"a local Ray did not start: {first_line(e)} ({RAY_LOGS_HINT})") from None
     return True
 
 
