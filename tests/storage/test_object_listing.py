@@ -186,15 +186,18 @@ def test_a_glob_listing_stopped_midway_leaves_no_listing_thread(scheme, monkeypa
                 time.sleep(0.5)  # a store's request, still out when the listing is stopped
             yield page
 
+    def listing_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "docembed-listing"}
+
     monkeypatch.setattr(object_listing, "_pages", slow_pages)
-    before = {t for t in threading.enumerate() if t.name == "docembed-listing"}
+    before = listing_threads()
     pages = list_pages([f"{scheme}://{BUCKET}/tree/p0*/deep/er/g[12].md"], page_size=1)
     assert next(pages).entries.column("uri").to_pylist() == [f"{scheme}://{BUCKET}/tree/p03/deep/er/g1.md"]
     pages.close()
     deadline = time.monotonic() + 10
-    while {t for t in threading.enumerate() if t.name == "docembed-listing"} - before and time.monotonic() < deadline:
+    while listing_threads() - before and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not {t for t in threading.enumerate() if t.name == "docembed-listing"} - before
+    assert not listing_threads() - before
 
 
 def test_missing_buckets_and_prefixes(scheme):
