@@ -75,6 +75,19 @@ def state(output: str) -> dict:
     }
 
 
+def settle(output: str, quiet: float = 1.0, timeout: float = 30) -> None:
+    """Until the output's listing has not changed for `quiet` seconds: a request the killed driver sent whole
+    (a marker's or a part's upload from its writing threads) may still be landing at the store's server."""
+    deadline = time.time() + timeout
+    last, since = state(output), time.time()
+    while time.time() - since < quiet:
+        assert time.time() < deadline, f"the output still changes {timeout} s after the kill: {last}"
+        time.sleep(0.1)
+        now = state(output)
+        if now != last:
+            last, since = now, time.time()
+
+
 def check_crashed_output(output: str) -> int:
     """No _SUCCESS, every Parquet file a reader sees readable, every marker's parts whole; returns the markers' count.
 
@@ -134,6 +147,7 @@ def test_sigkill_at_several_points_then_resume(storage_ray, place, clean, corpus
                 driver.wait()
         assert driver.returncode == -signal.SIGKILL, f"the driver ended before {name}: {log.read_text()[-3000:]}"
         wait_for_idle_cluster()
+        settle(output)
         markers_seen.append(check_crashed_output(output))
         if name == "the listing is recorded in part":
             recorded = state(output)
