@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from pipeline.errors import ModelError
+from pipeline.errors import ModelError, first_line
 
 # org/name, each part of letters, digits, '-', '_' and '.', as the hub allows; a revision after '@'.
 HUB_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
@@ -64,7 +64,7 @@ def download(model: str) -> tuple[Path, str]:
         cause = "HF_HUB_OFFLINE is set" if "HF_HUB_OFFLINE" in str(e) else "the hub could not be reached"
         raise ModelError(f"{where} is not in the hub cache (HF_HOME) and {cause}") from None
     except HfHubHTTPError as e:
-        raise ModelError(f"{where}: {str(e).splitlines()[0]}") from None
+        raise ModelError(f"{where}: {first_line(e)}") from None
     return path, f"{repo}@{path.name}"
 
 
