@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -163,6 +164,21 @@ def write_zero_safetensors(path: Path, shapes: dict[str, tuple[int, ...]]) -> in
         f.write(len(encoded).to_bytes(8, "little") + encoded)
         f.truncate(8 + len(encoded) + offset)
     return offset
+
+
+def copy_default_model(tmp_path: Path) -> Path:
+    """A copy of the bundled default model's directory, to edit."""
+    from pipeline.encode import model_location
+
+    dst = tmp_path / "model"
+    shutil.copytree(model_location.default_model_dir(), dst)
+    return dst
+
+
+def edit_json(path: Path, name: str, change) -> None:
+    """Rewrites the JSON file `path/name` as `change` (its value -> the new value; {} where the file is absent)."""
+    file = path / name
+    file.write_text(json.dumps(change(json.loads(file.read_text()) if file.exists() else {})))
 
 
 _MEASURED = """
