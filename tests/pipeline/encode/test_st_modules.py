@@ -1,5 +1,6 @@
 """A model directory's sentence-transformers files (pipeline.encode.st_modules), as `model_dir.resolve` reads them:
-modules.json's Pooling, Dense modules and Normalize, the Transformer module's config and folder."""
+modules.json's Pooling, Dense modules and Normalize, the Transformer module's config and folder, and
+config_sentence_transformers.json."""
 
 import json
 import shutil
